@@ -1,0 +1,3 @@
+from specdash.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,163 @@
+"""Sweeps over the engine: plain decoding vs every drafter x K, interleaved and repeated.
+
+Why interleaved: this machine is shared and its speed drifts; running all configurations
+of a prompt back to back, in a rotating order, and repeating, lets the ratio to plain
+decoding measured in the same round cancel most of that drift.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from specdash.engine.drafters.base import Drafter, NoDrafter
+from specdash.engine.session import Session
+from specdash.engine.stats import Summary
+from specdash.prompts import Prompt
+
+
+@dataclass(frozen=True)
+class Config:
+    drafter: str  # "plain", or a drafter name from the session ("draft", "lookup", ...)
+    k: int
+    adaptive: bool = False
+
+    @property
+    def label(self) -> str:
+        if self.drafter == "plain":
+            return "plain"
+        return f"{self.drafter} adaptive" if self.adaptive else f"{self.drafter} K={self.k}"
+
+
+@dataclass
+class Result:
+    prompt: str
+    drafter: str
+    k: int | None  # None for adaptive
+    adaptive: bool
+    tokens_per_s: float
+    speedup: float
+    acceptance_rate: float | None
+    mean_accepted_length: float
+    n_generated: int
+    same_text_as_plain: bool
+    runs: list[float] = field(default_factory=list)  # tok/s of each repeat
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def configs_for(drafters: list[str], ks: list[int], adaptive: bool) -> list[Config]:
+    out = [Config("plain", 0)]
+    for d in drafters:
+        out += [Config(d, k) for k in ks if k > 0]
+        if adaptive:
+            out.append(Config(d, 0, adaptive=True))
+    return out
+
+
+def run_bench(
+    session: Session,
+    prompts: list[Prompt],
+    drafters: dict[str, Drafter],
+    configs: list[Config],
+    *,
+    max_tokens: int,
+    repeat: int,
+    progress: Callable[[str], None] = lambda line: None,
+) -> list[Result]:
+    engine = session.engine
+    settings = engine.settings
+    plain = NoDrafter()
+    tokens = {p.name: session.prompt_tokens(p.text) for p in prompts}
+    # Warm-up: the first decode after a load pays page faults on the weights.
+    _consume(engine.generate(tokens[prompts[0].name], 16))
+
+    runs: dict[tuple[str, Config], list[Summary]] = {}
+    total = repeat * len(prompts) * len(configs)
+    done = 0
+    for r in range(repeat):
+        for p in prompts:
+            order = configs[r % len(configs):] + configs[: r % len(configs)]
+            for cfg in order:
+                engine.drafter = plain if cfg.drafter == "plain" else drafters[cfg.drafter]
+                settings.k = cfg.k
+                settings.adaptive = cfg.adaptive
+                summary = _consume(engine.generate(tokens[p.name], max_tokens))
+                runs.setdefault((p.name, cfg), []).append(summary)
+                done += 1
+                progress(
+                    f"[{done}/{total}] {p.name:<16} {cfg.label:<18} {summary.tokens_per_s:6.1f} tok/s"
+                    + ("" if summary.acceptance_rate is None else f"  acc {summary.acceptance_rate:.0%}")
+                )
+    results = []
+    for p in prompts:
+        base = runs[(p.name, configs[0])]
+        base_tps = statistics.median(s.tokens_per_s for s in base)
+        for cfg in configs:
+            ss = runs[(p.name, cfg)]
+            tps = statistics.median(s.tokens_per_s for s in ss)
+            drafted = sum(s.num_draft_tokens for s in ss)
+            accepted = sum(s.num_accepted_tokens for s in ss)
+            steps = sum(s.steps for s in ss)
+            results.append(
+                Result(
+                    prompt=p.name,
+                    drafter=cfg.drafter,
+                    k=None if cfg.adaptive else cfg.k,
+                    adaptive=cfg.adaptive,
+                    tokens_per_s=tps,
+                    speedup=tps / base_tps if base_tps else 0.0,
+                    acceptance_rate=accepted / drafted if drafted else None,
+                    mean_accepted_length=1 + accepted / steps if steps else 0.0,
+                    n_generated=ss[0].n_generated,
+                    same_text_as_plain=all(s.text == base[0].text for s in ss),
+                    runs=[s.tokens_per_s for s in ss],
+                )
+            )
+    return results
+
+
+def _consume(events) -> Summary:
+    summary = None
+    for ev in events:
+        if isinstance(ev, Summary):
+            summary = ev
+    assert summary is not None
+    return summary
+
+
+def format_table(results: list[Result]) -> str:
+    head = f"{'prompt':<16} {'drafter':<18} {'tok/s':>7} {'speedup':>8} {'accept':>7} {'mean len':>8}  same text"
+    lines = [head, "-" * len(head)]
+    prev = None
+    for r in results:
+        if prev is not None and r.prompt != prev:
+            lines.append("")
+        prev = r.prompt
+        label = "plain" if r.drafter == "plain" else (f"{r.drafter} adaptive" if r.adaptive else f"{r.drafter} K={r.k}")
+        acc = "-" if r.acceptance_rate is None else f"{r.acceptance_rate:.0%}"
+        lines.append(
+            f"{r.prompt:<16} {label:<18} {r.tokens_per_s:7.1f} {r.speedup:7.2f}x {acc:>7} "
+            f"{r.mean_accepted_length:8.2f}  {'yes' if r.same_text_as_plain else 'NO'}"
+        )
+    return "\n".join(lines)
+
+
+def adaptive_report(results: list[Result]) -> str:
+    """Per prompt: adaptive tok/s over the best fixed K and over plain decoding."""
+    lines = []
+    for prompt in dict.fromkeys(r.prompt for r in results):
+        rows = [r for r in results if r.prompt == prompt]
+        plain = next(r for r in rows if r.drafter == "plain")
+        for ad in (r for r in rows if r.adaptive):
+            fixed = [r for r in rows if r.drafter in ("plain", ad.drafter) and not r.adaptive]
+            best = max(fixed, key=lambda r: r.tokens_per_s)
+            best_label = "plain" if best.drafter == "plain" else f"K={best.k}"
+            lines.append(
+                f"{prompt:<16} {ad.drafter:<8} adaptive {ad.tokens_per_s:6.1f} tok/s = "
+                f"{ad.tokens_per_s / best.tokens_per_s:.2f}x best fixed ({best_label}, {best.tokens_per_s:.1f}), "
+                f"{ad.tokens_per_s / plain.tokens_per_s:.2f}x plain"
+            )
+    return "\n".join(lines)

@@ -1,0 +1,121 @@
+"""`specdash bench`: plain decoding vs every drafter x K, in one process, as ratios."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from specdash.commands.common import add_engine_arguments, load_settings, stderr_progress
+from specdash.errors import SpecdashError
+from specdash.prompts import BUILTIN, Prompt
+
+DRAFTER_CHOICES = ("draft", "lookup", "suffix", "chain")
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 0,2,4,8, got {text!r}")
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"values must be integers >= 0, got {text!r}")
+    return values
+
+
+def _drafter_list(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [n for n in names if n not in DRAFTER_CHOICES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown drafter {', '.join(bad) or text!r}; choose from {', '.join(DRAFTER_CHOICES)}")
+    return names
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="measure plain vs speculative decoding (K sweeps, drafters)",
+        description="Run plain decoding and every drafter x K on each prompt in one process, "
+        "interleaved and repeated, and report tok/s as a ratio to plain decoding measured in the "
+        "same run. Default prompts: a built-in set (code generation, code editing, summarization, "
+        "JSON extraction, prose). Greedy unless --temp is given.",
+    )
+    add_engine_arguments(p, with_k=False)
+    p.add_argument("--k", dest="ks", type=_int_list, default=[0, 2, 4, 8], metavar="LIST",
+                   help="K values to sweep, comma-separated (default 0,2,4,8; 0 = plain)")
+    p.add_argument("--drafters", type=_drafter_list, default=["draft", "lookup"], metavar="LIST",
+                   help=f"draft sources, comma-separated from {', '.join(DRAFTER_CHOICES)} (default draft,lookup)")
+    p.add_argument("--prompt-file", action="append", metavar="FILE", help="a prompt file (repeatable); replaces the built-in set")
+    p.add_argument("--prompts", metavar="NAMES", help="only these built-in prompts, comma-separated: "
+                   + ", ".join(q.name for q in BUILTIN))
+    p.add_argument("--repeat", type=int, default=2, metavar="N", help="rounds over all configurations (default 2)")
+    p.add_argument("--json", dest="json_out", metavar="OUT", help="also write the results as JSON to OUT")
+    p.set_defaults(func=run, k=None)
+
+
+def _prompts(args) -> list[Prompt]:
+    if args.prompt_file:
+        out = []
+        for f in args.prompt_file:
+            path = Path(f)
+            try:
+                out.append(Prompt(path.stem, "file", path.read_text(encoding="utf-8")))
+            except (OSError, UnicodeDecodeError) as exc:
+                raise SpecdashError(f"--prompt-file {path}: cannot read it ({exc.__class__.__name__})")
+        return out
+    if args.prompts:
+        names = [n.strip() for n in args.prompts.split(",")]
+        known = {q.name: q for q in BUILTIN}
+        bad = [n for n in names if n not in known]
+        if bad:
+            raise SpecdashError(f"--prompts: unknown prompt {', '.join(bad)}; choose from {', '.join(known)}")
+        return [known[n] for n in names]
+    return list(BUILTIN)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specdash.bench import adaptive_report, configs_for, format_table, run_bench
+    from specdash.engine.session import Session
+
+    ks = args.ks
+    if args.repeat < 1:
+        raise SpecdashError(f"--repeat {args.repeat}: must be >= 1")
+    prompts = _prompts(args)
+    config = load_settings(args)
+    settings = config.engine
+    if args.max_tokens is None:
+        settings.max_tokens = 128
+    draft_model = settings.draft if settings.draft not in ("none", "lookup", "suffix", "chain") else "qwen2.5-coder-0.5b"
+    settings.draft = "none"
+    session = Session(settings, progress=stderr_progress())
+    try:
+        drafters = {}
+        for name in args.drafters:
+            if name == "draft":
+                drafters[name] = session.make_drafter(draft_model)
+        for name in args.drafters:
+            if name != "draft":
+                drafters[name] = session.make_drafter(name)
+        configs = configs_for(args.drafters, ks, getattr(args, "adaptive", False) or False)
+        print(f"bench: {len(prompts)} prompts x {len(configs)} configurations x {args.repeat} repeats, "
+              f"{settings.max_tokens} tokens each (target {settings.target}, draft model {draft_model})",
+              file=sys.stderr)
+        results = run_bench(session, prompts, drafters, configs, max_tokens=settings.max_tokens,
+                            repeat=args.repeat, progress=lambda line: print(line, file=sys.stderr, flush=True))
+        for d in drafters.values():
+            d.close()
+    finally:
+        session.close()
+    print(format_table(results))
+    if any(r.adaptive for r in results):
+        print()
+        print(adaptive_report(results))
+    if args.json_out:
+        payload = {"results": [r.to_json() for r in results],
+                   "settings": {"target": settings.target, "draft_model": draft_model,
+                                "max_tokens": settings.max_tokens, "repeat": args.repeat,
+                                "threads": settings.threads, "temperature": settings.sampling.temperature}}
+        Path(args.json_out).write_text(json.dumps(payload, indent=2))
+        print(f"wrote {args.json_out}", file=sys.stderr)
+    return 0

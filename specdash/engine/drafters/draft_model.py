@@ -1,0 +1,89 @@
+"""A smaller model of the same family drafts K tokens autoregressively."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from specdash.engine.drafters.base import Draft
+from specdash.engine.llm import LLM
+from specdash.engine.settings import SamplingParams
+from specdash.engine.verify import process_logits, sample
+
+
+class DraftModelDrafter:
+    name = "draft"
+
+    def __init__(self, llm: LLM, p_min: float = 0.0, label: str | None = None):
+        self.llm = llm
+        self.p_min = p_min  # confidence cut (llama.cpp's --draft-p-min); 0 = off
+        self.label = label or llm.path.stem
+        self._kv: list[int] = []  # tokens whose KV entries sit in the draft context, in order
+        self._committed = 0  # committed length at the last sync: a known common prefix
+
+    def _sync(self, tokens: Sequence[int]) -> np.ndarray:
+        """Bring the draft KV cache in step with the committed tokens; return the logits
+        after the last one. Everything past the longest common prefix is stale: drafts
+        the target rejected. Committed tokens only grow within a prompt, so the prefix
+        is found by walking forward from where the last sync ended."""
+        kv = self._kv
+        n = 0
+        limit = min(len(kv), len(tokens))
+        # Fast path: the previous committed length is a known common prefix.
+        start = self._committed
+        if start <= limit and (start == 0 or kv[start - 1] == tokens[start - 1]):
+            n = start
+        while n < limit and kv[n] == tokens[n]:
+            n += 1
+        if n == len(tokens):  # nothing new: re-decode the last token to get its logits
+            n -= 1
+        if n < len(kv):
+            self.llm.kv_truncate(n)
+            del kv[n:]
+        feed = list(tokens[n:])
+        logits = None
+        for i in range(0, len(feed), self.llm.n_batch):
+            chunk = feed[i : i + self.llm.n_batch]
+            logits = self.llm.decode(chunk, n + i, logits="last")
+        kv.extend(feed)
+        self._committed = len(tokens)
+        return logits[0]
+
+    def propose(
+        self, tokens: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator
+    ) -> Draft:
+        if k <= 0:
+            return Draft.empty(self.name)
+        logits = self._sync(tokens)
+        out: list[int] = []
+        probs: list[np.ndarray] = []
+        for i in range(k):
+            if sampling.greedy:
+                tok = int(np.argmax(logits))
+                if self.p_min > 0 and _top_prob(logits) < self.p_min:
+                    break
+            else:
+                q = process_logits(logits, sampling)
+                if self.p_min > 0 and float(q.max()) < self.p_min:
+                    break
+                tok = sample(q, rng)
+                probs.append(q)
+            out.append(tok)
+            if i + 1 < k:  # the last draft token needs no forward pass of its own
+                logits = self.llm.decode([tok], len(self._kv), logits="last")[0]
+                self._kv.append(tok)
+        return Draft(out, np.stack(probs) if probs else None, self.name)
+
+    def reset(self) -> None:
+        self.llm.clear()
+        self._kv.clear()
+        self._committed = 0
+
+    def close(self) -> None:
+        self.llm.close()
+
+
+def _top_prob(logits: np.ndarray) -> float:
+    m = float(logits.max())
+    return 1.0 / float(np.exp(logits - m, dtype=np.float64).sum())

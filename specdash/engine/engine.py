@@ -1,0 +1,293 @@
+"""The speculative loop: draft -> verify in one target batch -> commit / roll back.
+
+One call to `generate` decodes one prompt and yields events (see stats.py). Commands
+arrive on a thread-safe queue and are applied between steps, never inside one, so a
+step always runs with one consistent set of settings.
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import queue
+import time
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from specdash.engine import commands as C
+from specdash.engine.drafters.base import Draft, Drafter
+from specdash.engine.llm import LLM
+from specdash.engine.settings import EngineSettings
+from specdash.engine.stats import (
+    Event,
+    NoticeEvent,
+    PrefillEvent,
+    SettingsEvent,
+    SpecCounters,
+    StepEvent,
+    Summary,
+)
+from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
+from specdash.errors import SpecdashError
+
+K_LIMIT = 64  # a target batch of K+1 must fit n_batch; beyond ~32 nothing pays on CPU anyway
+
+
+class Engine:
+    def __init__(
+        self,
+        target: LLM,
+        drafter: Drafter,
+        settings: EngineSettings,
+        *,
+        drafter_factory: Callable[[str], Drafter] | None = None,
+        reload_target: Callable[[int], LLM] | None = None,
+        controller=None,
+        detector=None,
+    ):
+        self.target = target
+        self.drafter = drafter
+        self.settings = settings
+        self._make_drafter = drafter_factory
+        self._reload_target = reload_target
+        self.controller = controller  # adaptive K (controller.KController); used when settings.adaptive
+        self.detector = detector  # content detector; labels steps when present
+        self._queue: queue.Queue[C.Command] = queue.Queue()
+        self.paused = False
+        self.rng = np.random.default_rng(settings.sampling.seed)
+        self.calibrate_steps = 0  # leading steps of the next generate() run at K=0 (plain reference)
+
+    # --- commands -------------------------------------------------------------------
+    def send(self, cmd: C.Command) -> None:
+        """Thread-safe; applied before the next step."""
+        self._queue.put(cmd)
+
+    def settings_event(self) -> SettingsEvent:
+        s = self.settings
+        ec = self.target.meta(f"{self.target.arch}.expert_count")
+        return SettingsEvent(
+            target=self.target.path.stem,
+            drafter=getattr(self.drafter, "label", self.drafter.name),
+            k=s.k,
+            temperature=s.sampling.temperature,
+            top_k=s.sampling.top_k,
+            top_p=s.sampling.top_p,
+            adaptive=s.adaptive,
+            paused=self.paused,
+            experts=s.experts,
+            expert_count=int(ec) if ec else None,
+        )
+
+    def _apply(self, cmd: C.Command) -> Iterator[Event]:
+        """Apply one command; refusals become notices and leave settings unchanged."""
+        s = self.settings
+        try:
+            match cmd:
+                case C.SetK(k):
+                    if not 0 <= k <= K_LIMIT:
+                        raise SpecdashError(f"K={k} refused: K must be between 0 and {K_LIMIT}")
+                    s.k = k
+                case C.SetDrafter(spec):
+                    if self._make_drafter is None:
+                        raise SpecdashError("this engine cannot swap drafters")
+                    new = self._make_drafter(spec)  # raises SpecdashError when incompatible
+                    self.drafter.close()
+                    self.drafter = new
+                    s.draft = spec
+                    if self.controller:
+                        self.controller.reset()
+                case C.SetSampling(temperature, top_k, top_p):
+                    t = s.sampling.temperature if temperature is None else temperature
+                    tk = s.sampling.top_k if top_k is None else top_k
+                    tp = s.sampling.top_p if top_p is None else top_p
+                    if not (0 <= t <= 5 and tk >= 0 and 0 < tp <= 1):
+                        raise SpecdashError(
+                            f"sampling temperature={t} top_k={tk} top_p={tp} refused: "
+                            "need 0 <= temperature <= 5, top_k >= 0, 0 < top_p <= 1"
+                        )
+                    s.sampling = dataclasses.replace(s.sampling, temperature=t, top_k=tk, top_p=tp)
+                case C.SetAdaptive(on):
+                    if on and self.controller is None:
+                        raise SpecdashError("adaptive K is not available in this engine")
+                    s.adaptive = on
+                case C.SetExperts(n):
+                    if self._reload_target is None:
+                        raise SpecdashError("this engine cannot reload the target")
+                    yield NoticeEvent("info", f"reloading target with {n} active experts...")
+                    self.target = self._reload_target(n)  # validates n; raises SpecdashError
+                    s.experts = n
+                    self._needs_refeed = True
+                case C.Pause():
+                    self.paused = True
+                case C.Resume():
+                    self.paused = False
+                case C.Stop():
+                    self._stop = True
+                    return
+        except SpecdashError as exc:
+            yield NoticeEvent("warning", str(exc))
+            return
+        yield self.settings_event()
+
+    def _drain(self) -> Iterator[Event]:
+        """Apply queued commands; while paused, block until resumed or stopped."""
+        while True:
+            try:
+                cmd = self._queue.get(block=self.paused and not self._stop)
+            except queue.Empty:
+                return
+            yield from self._apply(cmd)
+            if self._stop or (not self.paused and self._queue.empty()):
+                return
+
+    # --- the loop -------------------------------------------------------------------
+    def generate(self, prompt: Sequence[int], max_tokens: int) -> Iterator[Event]:
+        target, s = self.target, self.settings
+        if len(prompt) == 0:
+            raise SpecdashError("the prompt is empty")
+        if len(prompt) + 1 > target.n_ctx:
+            raise SpecdashError(
+                f"the prompt is {len(prompt)} tokens but the context holds {target.n_ctx}; "
+                "use a shorter prompt or a larger --ctx"
+            )
+        self._stop = False
+        self._needs_refeed = False
+        target.clear()
+        self.drafter.reset()
+        if self.controller:
+            self.controller.reset()
+        if self.detector is not None:  # the prompt's own class is the prior for the first tokens
+            self.detector.reset(target.detokenize(prompt))
+        yield self.settings_event()
+
+        t0 = time.perf_counter()
+        target.prefill(prompt[:-1])
+        prefill_ms = (time.perf_counter() - t0) * 1e3
+        yield PrefillEvent(len(prompt) - 1, prefill_ms)
+
+        tokens = list(prompt)  # committed: prompt + generated; tokens[-1] is not in the KV yet
+        n_past = len(tokens) - 1
+        utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        text: list[str] = []
+        counters = SpecCounters()
+        generated = 0
+        stop_reason = "max_tokens"
+        calibrate = self.calibrate_steps
+        decode_start = time.perf_counter()
+
+        while generated < max_tokens:
+            yield from self._drain()
+            if self._stop:
+                stop_reason = "stopped"
+                break
+            if self._needs_refeed:  # target reloaded (expert count): rebuild its KV
+                target = self.target
+                target.prefill(tokens[:-1])
+                self._needs_refeed = False
+            if n_past + 1 >= target.n_ctx:
+                stop_reason = "context"
+                break
+            t_step = time.perf_counter()
+
+            content = ""
+            decision = ""
+            if self.detector is not None:
+                content = self.detector.label
+            if calibrate > 0:
+                k, decision = 0, "calibrating plain decoding"
+                calibrate -= 1
+            elif s.adaptive and self.controller is not None:
+                k, decision = self.controller.choose(content)
+            else:
+                k = s.k
+            # Never draft past the context or the token budget: those tokens could not be kept.
+            k = max(0, min(k, target.n_ctx - n_past - 2, max_tokens - generated - 1, target.n_batch - 1))
+
+            draft = self.drafter.propose(tokens, k, s.sampling, self.rng) if k else Draft.empty()
+            if len(draft.tokens) > k:  # a drafter may not overrun K
+                draft = Draft(draft.tokens[:k], None if draft.probs is None else draft.probs[:k], draft.source)
+            t_draft = time.perf_counter()
+
+            logits = target.decode([tokens[-1], *draft.tokens], n_past, logits="all")
+            if s.sampling.greedy:
+                argmax = logits.argmax(axis=1)
+                t_verify = time.perf_counter()
+                n_acc, nxt = verify_greedy(argmax, draft.tokens)
+            else:
+                probs = process_logits(logits, s.sampling)
+                t_verify = time.perf_counter()
+                n_acc, nxt = verify_sampling(probs, draft.tokens, draft.probs, self.rng)
+
+            if n_acc < len(draft.tokens):  # roll back the rejected positions
+                target.kv_truncate(n_past + 1 + n_acc)
+            n_past += 1 + n_acc
+            committed = [*draft.tokens[:n_acc], nxt]
+            from_draft = [True] * n_acc + [False]
+            tokens.extend(committed)
+
+            # End of generation can fall inside the accepted run: cut there.
+            for i, tok in enumerate(committed):
+                if target.is_eog(tok):
+                    committed, from_draft = committed[:i], from_draft[:i]
+                    stop_reason = "eos"
+                    break
+            if generated + len(committed) > max_tokens:
+                committed = committed[: max_tokens - generated]
+                from_draft = from_draft[: len(committed)]
+            generated += len(committed)
+            pieces = [utf8.decode(target.piece(t)) for t in committed]
+            text.extend(pieces)
+            if self.detector is not None:
+                self.detector.update("".join(pieces))
+
+            t_end = time.perf_counter()
+            ev = StepEvent(
+                step=counters.steps + 1,
+                k=k,
+                drafter=draft.source if draft.tokens else "none",
+                drafted=len(draft.tokens),
+                accepted=n_acc,
+                tokens=committed,
+                pieces=pieces,
+                from_draft=from_draft,
+                draft_ms=(t_draft - t_step) * 1e3,
+                verify_ms=(t_verify - t_draft) * 1e3,
+                other_ms=(t_end - t_verify) * 1e3,
+                n_past=n_past,
+                n_generated=generated,
+                t=t_end,
+                content=content,
+                adaptive=s.adaptive,
+                decision=decision,
+            )
+            counters.add(ev)
+            if self.controller is not None:
+                self.controller.observe(
+                    k, ev.drafted, n_acc, ev.draft_ms, ev.verify_ms, ev.other_ms, content
+                )
+            yield ev
+            if stop_reason == "eos":
+                break
+        decode_s = time.perf_counter() - decode_start
+        text.append(utf8.decode(b"", final=True))
+        yield Summary(
+            text="".join(text),
+            stop_reason=stop_reason,
+            n_prompt=len(prompt),
+            n_generated=generated,
+            num_drafts=counters.num_drafts,
+            num_draft_tokens=counters.num_draft_tokens,
+            num_accepted_tokens=counters.num_accepted_tokens,
+            num_accepted_tokens_per_pos=list(counters.per_pos_accepted),
+            acceptance_rate=counters.acceptance_rate,
+            mean_accepted_length=counters.mean_accepted_length,
+            tokens_per_s=generated / decode_s if decode_s > 0 else 0.0,
+            prefill_tokens_per_s=(len(prompt) - 1) / (prefill_ms / 1e3) if prefill_ms > 0 else 0.0,
+            prefill_ms=prefill_ms,
+            decode_s=decode_s,
+            draft_ms=counters.draft_ms,
+            verify_ms=counters.verify_ms,
+            other_ms=counters.other_ms,
+            steps=counters.steps,
+        )

