@@ -40,3 +40,19 @@ def qwen_session():
     s = Session(EngineSettings(threads=2, ctx=2048))
     yield s
     s.close()
+
+
+_NEAR_TIES: list[str] = []
+
+
+@pytest.fixture
+def near_ties() -> list[str]:
+    """Greedy-exactness tests report where batch rounding flipped a near-tie."""
+    return _NEAR_TIES
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _NEAR_TIES:
+        terminalreporter.section("greedy exactness: near-tie mismatches")
+        for line in _NEAR_TIES:
+            terminalreporter.write_line(line)

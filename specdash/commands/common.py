@@ -41,8 +41,11 @@ def _float_in(lo: float, hi: float, what: str, lo_open: bool = False):
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser, *, with_k: bool = True) -> None:
-    """with_k=False lets a command define its own --k (bench takes a list)."""
-    g = parser.add_argument_group("models and speculation")
+    """with_k=False lets a command define its own --k (bench takes a list).
+
+    Flags not given are absent from the namespace (SUPPRESS), not None: a subcommand's
+    parser would otherwise overwrite `specdash --draft lookup run ...` with its own None."""
+    g = parser.add_argument_group("models and speculation", argument_default=argparse.SUPPRESS)
     g.add_argument("--config", metavar="PATH", help="TOML settings file (default: $SPECDASH_CONFIG, "
                    "then ~/.config/specdash/config.toml); flags override it")
     g.add_argument("--target", metavar="M", help="target model: a registry name (see `specdash models "
@@ -51,20 +54,20 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_k: bool = True
                    "suffix, chain, none (default qwen2.5-coder-0.5b)")
     if with_k:
         g.add_argument("--k", type=_int_at_least(0, "K"), metavar="N", help="draft tokens per step; 0 = plain decoding (default 4)")
-    g.add_argument("--adaptive", action=argparse.BooleanOptionalAction, default=None,
+    g.add_argument("--adaptive", action=argparse.BooleanOptionalAction,
                    help="let the engine choose K (and K=0) from measured costs and acceptance")
     g.add_argument("--experts", type=_int_at_least(1, "experts"), metavar="N",
                    help="MoE targets: active experts per token (1..expert_count)")
-    s = parser.add_argument_group("sampling")
+    s = parser.add_argument_group("sampling", argument_default=argparse.SUPPRESS)
     s.add_argument("--temp", type=_float_in(0, 5, "temperature"), metavar="T", help="0 = greedy (default 0)")
     s.add_argument("--top-k", type=_int_at_least(0, "top-k"), metavar="N", help="0 = off (default)")
     s.add_argument("--top-p", type=_float_in(0, 1, "top-p", lo_open=True), metavar="P", help="1 = off (default)")
     s.add_argument("--seed", type=int, metavar="S", help="sampling seed (default: random)")
-    r = parser.add_argument_group("runtime")
+    r = parser.add_argument_group("runtime", argument_default=argparse.SUPPRESS)
     r.add_argument("--max-tokens", type=_int_at_least(1, "max-tokens"), metavar="N", help="tokens to generate per prompt (default 256)")
     r.add_argument("--threads", type=_int_at_least(1, "threads"), metavar="N", help="CPU threads (default: physical cores)")
     r.add_argument("--ctx", type=_int_at_least(64, "ctx"), metavar="N", help="context size in tokens (default 4096)")
-    r.add_argument("--raw", action="store_true", default=None, help="send the prompt as is, without the model's chat template")
+    r.add_argument("--raw", action="store_true", help="send the prompt as is, without the model's chat template")
 
 
 def load_settings(args: argparse.Namespace):

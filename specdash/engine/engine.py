@@ -17,6 +17,7 @@ import numpy as np
 
 from specdash.engine import commands as C
 from specdash.engine.drafters.base import Draft, Drafter
+from specdash.engine.experts import expert_info, expert_key
 from specdash.engine.llm import LLM
 from specdash.engine.settings import EngineSettings
 from specdash.engine.stats import (
@@ -65,7 +66,7 @@ class Engine:
 
     def settings_event(self) -> SettingsEvent:
         s = self.settings
-        ec = self.target.meta(f"{self.target.arch}.expert_count")
+        experts = expert_info(self.target, s.experts)  # active count, the file's own when not overridden
         return SettingsEvent(
             target=self.target.path.stem,
             drafter=getattr(self.drafter, "label", self.drafter.name),
@@ -75,8 +76,8 @@ class Engine:
             top_p=s.sampling.top_p,
             adaptive=s.adaptive,
             paused=self.paused,
-            experts=s.experts,
-            expert_count=int(ec) if ec else None,
+            experts=experts[0] if experts else None,
+            expert_count=experts[1] if experts else None,
         )
 
     def _apply(self, cmd: C.Command) -> Iterator[Event]:
@@ -114,10 +115,16 @@ class Engine:
                 case C.SetExperts(n):
                     if self._reload_target is None:
                         raise SpecdashError("this engine cannot reload the target")
+                    expert_key(self.target, n)  # refuse before announcing a reload
                     yield NoticeEvent("info", f"reloading target with {n} active experts...")
-                    self.target = self._reload_target(n)  # validates n; raises SpecdashError
+                    t0 = time.perf_counter()
+                    self.target = self._reload_target(n)
+                    yield NoticeEvent("info", f"target reloaded with {n} active experts in "
+                                      f"{time.perf_counter() - t0:.1f}s; re-feeding the transcript")
                     s.experts = n
                     self._needs_refeed = True
+                    if self.controller:  # verify costs measured on the old model no longer hold
+                        self.controller.reset(target_changed=True)
                 case C.Pause():
                     self.paused = True
                 case C.Resume():
@@ -204,7 +211,8 @@ class Engine:
             # Never draft past the context or the token budget: those tokens could not be kept.
             k = max(0, min(k, target.n_ctx - n_past - 2, max_tokens - generated - 1, target.n_batch - 1))
 
-            draft = self.drafter.propose(tokens, k, s.sampling, self.rng) if k else Draft.empty()
+            # Called even at K=0: history-keeping drafters (suffix) must see every step.
+            draft = self.drafter.propose(tokens, k, s.sampling, self.rng)
             if len(draft.tokens) > k:  # a drafter may not overrun K
                 draft = Draft(draft.tokens[:k], None if draft.probs is None else draft.probs[:k], draft.source)
             t_draft = time.perf_counter()

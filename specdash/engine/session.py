@@ -14,6 +14,7 @@ from specdash.engine import commands as C
 from specdash.engine.drafters.base import Drafter, NoDrafter
 from specdash.engine.drafters.draft_model import DraftModelDrafter
 from specdash.engine.engine import Engine
+from specdash.engine.experts import expert_info, expert_key
 from specdash.engine.llm import LLM
 from specdash.engine.settings import EngineSettings
 from specdash.engine.stats import Event
@@ -47,7 +48,7 @@ class Session:
             settings,
             drafter_factory=self.make_drafter,
             reload_target=self._reload_target,
-            controller=CostModelController(k_min=settings.k_min, k_max=settings.k_max),
+            controller=CostModelController(k_min=settings.k_min, k_max=settings.k_max, k_init=settings.k),
             detector=ContentDetector(),
         )
         self._progress("ready", 1.0)
@@ -68,31 +69,34 @@ class Session:
         s = self.settings
         overrides = {}
         if experts is not None:
-            overrides = {self._expert_key(LLM(self.target_path, vocab_only=True), experts): experts}
+            # llama.cpp aborts the whole process (GGML_ASSERT) on an expert_used_count
+            # outside 1..expert_count: check it on the metadata before the real load.
+            probe = LLM(self.target_path, vocab_only=True)
+            try:
+                overrides = {expert_key(probe, experts): experts}
+            finally:
+                probe.close()
         return LLM(self.target_path, n_ctx=s.ctx, n_threads=s.threads, kv_overrides=overrides)
 
-    @staticmethod
-    def _expert_key(llm: LLM, n: int) -> str:
-        """Validate an expert-count override against the GGUF metadata; return its key."""
-        arch = llm.arch
-        count = llm.meta(f"{arch}.expert_count")
-        if not count or int(count) <= 1:
-            raise SpecdashError(
-                f"{llm.path.name} is a dense model ({arch}, no {arch}.expert_count): "
-                "the expert count cannot be changed"
-            )
-        if not 1 <= n <= int(count):
-            raise SpecdashError(f"experts={n} refused: {llm.path.name} has {count} experts; use 1..{count}")
-        return f"{arch}.expert_used_count"
-
     def _reload_target(self, n: int) -> LLM:
-        self._expert_key(self.target, n)  # refuse before dropping the loaded model
+        expert_key(self.target, n)  # refuse before dropping the loaded model
         old = self.target
         self.target = None
-        old.close()
+        old.close()  # first: a large MoE target does not fit in memory twice
         self.settings.experts = n
         self.target = self._load_target(n)
         return self.target
+
+    def expert_info(self) -> tuple[int, int] | None:
+        """(active, total) experts per token of the loaded target; None for a dense model."""
+        return expert_info(self.target, self.settings.experts)
+
+    def set_experts(self, n: int) -> None:
+        """Reload the target with `n` active experts between generations (the bench).
+        During a generation send C.SetExperts instead: the engine re-feeds the transcript."""
+        self.engine.target = self._reload_target(n)
+        if self.engine.controller is not None:  # step costs measured on the old model are void
+            self.engine.controller.reset(target_changed=True)
 
     def make_drafter(self, spec: str) -> Drafter:
         """Build a draft source by name; a draft model must pass the compatibility check."""

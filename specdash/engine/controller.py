@@ -1,0 +1,340 @@
+"""Adaptive K: how many tokens to draft next step.
+
+Two controllers behind one interface (KController):
+
+- ThresholdController, the baseline rule: rolling acceptance rate over the last 128
+  drafted tokens; above 0.8 raise K by 4, below 0.6 lower it by 4.
+- CostModelController, the default: measures what drafting and verifying cost on this
+  machine and how often drafts are accepted for the current kind of text, and picks
+  the K with the most expected tokens per millisecond, K = 0 (plain decoding) included.
+
+Both count acceptance over tokens actually drafted: a drafter that returns fewer than K
+tokens (prompt lookup found no match) has not been rejected.
+
+The draft-model confidence cut (llama.cpp's --draft-p-min, settings.draft_p_min) lives
+in the draft-model drafter: it shortens drafts the draft model itself doubts, inside the
+K chosen here; the controller sees it as shorter drafts with higher acceptance.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Protocol
+
+from specdash.errors import SpecdashError
+
+
+class KController(Protocol):
+    def choose(self, content: str) -> tuple[int, str]:
+        """(K for the next step, a short reason for the UI)."""
+        ...
+
+    def observe(
+        self,
+        k: int,
+        drafted: int,
+        accepted: int,
+        draft_ms: float,
+        verify_ms: float,
+        other_ms: float,
+        content: str,
+    ) -> None:
+        """One finished step: K asked, tokens drafted and accepted, its timings, and the
+        content label the step was chosen under."""
+        ...
+
+    def reset(self) -> None:
+        """A new prompt or a new drafter."""
+        ...
+
+
+def _check_range(k_min: int, k_max: int, k_init: int) -> None:
+    if not 0 <= k_min <= k_max:
+        raise SpecdashError(f"k_min={k_min} k_max={k_max} refused: need 0 <= k_min <= k_max")
+    if not k_min <= k_init <= k_max:
+        raise SpecdashError(
+            f"starting K={k_init} refused: must lie in [k_min={k_min}, k_max={k_max}]"
+        )
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Tokens committed per step when each drafted token is accepted with probability
+    alpha until the first rejection, plus the target's own token: 1 + a + ... + a^k
+    (Leviathan et al. 2023)."""
+    if alpha >= 1.0:
+        return k + 1.0
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+class ThresholdController:
+    """The baseline rule. The rate is accepted / drafted over at most the last `window`
+    drafted tokens since K last changed; a decision needs `min_tokens` of them, so K
+    moves at most once per that many drafted tokens. K never goes below 1 (nor
+    k_min): at K = 0 nothing is drafted, so this rule could never measure its way back.
+    reset() returns to k_init and forgets the window."""
+
+    def __init__(
+        self,
+        k_init: int = 4,
+        k_min: int = 0,
+        k_max: int = 16,
+        window: int = 128,
+        high: float = 0.8,
+        low: float = 0.6,
+        step: int = 4,
+        min_tokens: int = 32,
+    ):
+        _check_range(k_min, k_max, k_init)
+        self.k_init = k_init
+        self.k_min = k_min
+        self.k_max = k_max
+        self.high = high
+        self.low = low
+        self.step = step
+        self.min_tokens = min(min_tokens, window)
+        self._outcomes: deque[int] = deque(maxlen=window)  # 1 = accepted, per drafted token
+        self.reset()
+
+    def reset(self) -> None:
+        self.k = self.k_init
+        self._outcomes.clear()
+        self._reason = f"start at K={self.k}"
+
+    def choose(self, content: str) -> tuple[int, str]:
+        return self.k, self._reason
+
+    def observe(
+        self,
+        k: int,
+        drafted: int,
+        accepted: int,
+        draft_ms: float,
+        verify_ms: float,
+        other_ms: float,
+        content: str,
+    ) -> None:
+        if drafted <= 0:
+            return
+        self._outcomes.extend([1] * accepted + [0] * (drafted - accepted))
+        if len(self._outcomes) < self.min_tokens:
+            return
+        rate = sum(self._outcomes) / len(self._outcomes)
+        if rate > self.high:
+            new = min(self.k + self.step, self.k_max)
+        elif rate < self.low:
+            new = max(self.k - self.step, self.k_min, 1)
+        else:
+            return
+        if new != self.k:
+            self._reason = f"acc={rate:.2f} over {len(self._outcomes)} tokens: K {self.k}->{new}"
+            self.k = new
+            self._outcomes.clear()  # judge the new K on its own drafts
+
+
+class _Ema:
+    """Exponential moving average that starts at its first sample; a sample more than
+    `clip` times the average is clipped (another process stealing the CPU for one step
+    should not triple the estimate), so a real change is followed within a few steps."""
+
+    __slots__ = ("count", "value")
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.count = 0
+
+    def add(self, x: float, beta: float, clip: float = 3.0) -> None:
+        if self.count == 0:
+            self.value = x
+        else:
+            self.value += beta * (min(x, clip * self.value) - self.value)
+        self.count += 1
+
+
+class CostModelController:
+    """Chooses K maximising E(K) / cost(K), with
+        E(K)    = 1 + a + ... + a^K     expected tokens per step at acceptance a
+        cost(K) = d * K + s(K + 1)      ms per step
+    where, all measured online:
+      a     per content label: accepted / (accepted + rejections) over recent drafts, the
+            estimate of a per-token acceptance that fits E(K) (accepted / drafted would
+            count the tokens after a rejection as failures and underrate long drafts).
+            Counts decay by half every `half_life` steps of their label, so old evidence
+            fades even while nothing is drafted. A label with little evidence leans on
+            all labels' estimate, which leans on `prior_alpha`.
+      d     draft ms per drafted token (EMA of draft_ms / drafted): ~0 for lookup and
+            suffix, real for a draft model.
+      s(n)  verify + bookkeeping ms of a target batch of n tokens, as an EMA per size
+            actually decoded (n = drafted + 1, not K + 1). Between measured sizes it is
+            interpolated, beyond them extended by the slope of a weighted least-squares
+            line c(n) = a + b (n - 1) over the measured sizes, or, with one size
+            measured, by `prior_slope` (extra cost per extra token relative to one).
+    K = 0 is legal. While at 0, every `probe_every` steps (doubling after each probe
+    that does not switch speculation back on, up to `probe_max`, and back to the base
+    interval when the content label changes) K = `probe_k` is tried for `probe_steps`
+    steps so a change in the text is noticed. A new K must beat the current one by
+    `hysteresis` (relative) to replace it, so measurement noise does not flip K.
+
+    reset() (new prompt or new drafter) forgets acceptance, draft cost and the probing
+    state, and keeps the target's measured step costs, which neither changes;
+    reset(target_changed=True) forgets those too (e.g. a new expert count).
+    """
+
+    def __init__(
+        self,
+        k_min: int = 0,
+        k_max: int = 16,
+        k_init: int | None = None,
+        half_life: float = 32.0,
+        prior_alpha: float = 0.5,
+        prior_weight: float = 4.0,
+        beta: float = 0.25,
+        prior_slope: float = 0.35,
+        probe_k: int = 4,
+        probe_steps: int = 2,
+        probe_every: int = 16,
+        probe_max: int = 256,
+        hysteresis: float = 0.03,
+    ):
+        if k_init is None:
+            k_init = min(max(4, k_min), k_max)
+        _check_range(k_min, k_max, k_init)
+        self.k_min = k_min
+        self.k_max = k_max
+        self.k_init = k_init
+        self.decay = 0.5 ** (1.0 / half_life)
+        self.prior_alpha = prior_alpha
+        self.prior_weight = prior_weight
+        self.beta = beta
+        self.prior_slope = prior_slope
+        self.probe_k = min(max(probe_k, 1), k_max)
+        self.probe_steps = probe_steps
+        self.probe_every = probe_every
+        self.probe_max = probe_max
+        self.hysteresis = hysteresis
+        self._step_cost: dict[int, _Ema] = {}
+        self.reset()
+
+    def reset(self, target_changed: bool = False) -> None:
+        if target_changed:
+            self._step_cost.clear()
+        self._draft_ms = _Ema()  # per drafted token
+        self._acc: dict[str, list[float]] = {}  # label -> [accepted, trials], decayed
+        self._acc_all = [0.0, 0.0]
+        self._k = self.k_init
+        self._zero_steps = 0
+        self._probe_left = 0
+        self._probe_interval = self.probe_every
+        self._content = ""
+
+    # --- estimates ----------------------------------------------------------------------
+    def alpha(self, content: str) -> float:
+        s_all, n_all = self._acc_all
+        a_all = (s_all + self.prior_weight * self.prior_alpha) / (n_all + self.prior_weight)
+        s, n = self._acc.get(content, (0.0, 0.0))
+        return (s + self.prior_weight * a_all) / (n + self.prior_weight)
+
+    def step_cost(self, n: int) -> float | None:
+        """Estimated verify + bookkeeping ms for a target batch of n tokens."""
+        sizes = sorted(m for m, e in self._step_cost.items() if e.count)
+        if not sizes:
+            return None
+        cost = {m: self._step_cost[m].value for m in sizes}
+        if n in cost:
+            return cost[n]
+        if sizes[0] < n < sizes[-1]:
+            hi = next(m for m in sizes if m > n)
+            lo = max(m for m in sizes if m < n)
+            return cost[lo] + (cost[hi] - cost[lo]) * (n - lo) / (hi - lo)
+        slope = self._slope(sizes, cost)
+        edge = sizes[-1] if n > sizes[-1] else sizes[0]
+        return max(cost[edge] + slope * (n - edge), 0.05 * cost[edge])
+
+    def _slope(self, sizes: list[int], cost: dict[int, float]) -> float:
+        if len(sizes) == 1:
+            (m,) = sizes
+            unit = cost[m] / (1.0 + self.prior_slope * (m - 1))
+            return self.prior_slope * unit
+        w = {m: min(self._step_cost[m].count, 8) for m in sizes}
+        sw = sum(w.values())
+        mx = sum(w[m] * m for m in sizes) / sw
+        my = sum(w[m] * cost[m] for m in sizes) / sw
+        var = sum(w[m] * (m - mx) ** 2 for m in sizes)
+        cov = sum(w[m] * (m - mx) * (cost[m] - my) for m in sizes)
+        return max(cov / var, 0.0)  # a bigger batch never costs less; noise can say so
+
+    def rates(self, content: str) -> dict[int, float]:
+        """Expected tokens per ms for each K in range (empty until costs are known)."""
+        a = self.alpha(content)
+        d = self._draft_ms.value
+        out: dict[int, float] = {}
+        for k in range(self.k_min, self.k_max + 1):
+            s = self.step_cost(k + 1)
+            if s is None:
+                return {}
+            out[k] = expected_tokens(a, k) / (d * k + s)
+        return out
+
+    # --- the interface ------------------------------------------------------------------
+    def choose(self, content: str) -> tuple[int, str]:
+        if content != self._content:
+            self._content = content
+            self._probe_interval = self.probe_every
+        if self.k_max == 0:
+            return 0, "K range is [0, 0]"
+        if self.k_min == 0 and 1 not in self._step_cost:
+            return 0, "measuring a plain step"
+        if self._draft_ms.count == 0:
+            return self._hold(self.k_init), f"warm-up at K={self.k_init}: nothing drafted yet"
+        if self._probe_left > 0:
+            self._probe_left -= 1
+            return self.probe_k, f"probe K={self.probe_k}: is drafting worth it again?"
+
+        rates = self.rates(content)
+        best = max(rates, key=rates.__getitem__)
+        if self._k in rates and rates[self._k] >= rates[best] * (1.0 - self.hysteresis):
+            best = self._k
+        a = self.alpha(content)
+        label = content or "text"
+        if best > 0:
+            self._zero_steps = 0
+            self._probe_interval = self.probe_every
+            gain = f", ~{rates[best] / rates[0]:.2f}x plain" if 0 in rates else ""
+            return self._hold(best), f"α={a:.2f} {label}: E/c best at K={best}{gain}"
+
+        self._k = 0
+        self._zero_steps += 1
+        if self._zero_steps >= self._probe_interval:
+            self._zero_steps = 0
+            self._probe_interval = min(2 * self._probe_interval, self.probe_max)
+            self._probe_left = self.probe_steps - 1
+            return self.probe_k, f"probe K={self.probe_k}: is drafting worth it again?"
+        return 0, f"α={a:.2f} {label}: plain decoding wins (K=0)"
+
+    def _hold(self, k: int) -> int:
+        self._k = k
+        return k
+
+    def observe(
+        self,
+        k: int,
+        drafted: int,
+        accepted: int,
+        draft_ms: float,
+        verify_ms: float,
+        other_ms: float,
+        content: str,
+    ) -> None:
+        # Evidence ages with the steps of its own label: code seen before a stretch of
+        # prose still describes code when it comes back.
+        label_stats = self._acc.setdefault(content, [0.0, 0.0])
+        for stats in (label_stats, self._acc_all):
+            stats[0] *= self.decay
+            stats[1] *= self.decay
+            if drafted > 0:
+                # Each drafted token is a trial until the first rejection; tokens after
+                # it were never judged, and tokens never drafted are no trial at all.
+                stats[0] += accepted
+                stats[1] += accepted + (1 if accepted < drafted else 0)
+        if drafted > 0:
+            self._draft_ms.add(draft_ms / drafted, self.beta)
+        self._step_cost.setdefault(drafted + 1, _Ema()).add(verify_ms + other_ms, self.beta)

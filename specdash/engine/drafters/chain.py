@@ -1,0 +1,47 @@
+"""A chain of draft sources: the first that has something to say drafts this step."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from specdash.engine.drafters.base import Draft, Drafter
+from specdash.engine.settings import SamplingParams
+
+
+class ChainDrafter:
+    """Asks its sources in order (typically lookup, suffix, draft model): cheap exact
+    copies first, the draft model only when they find nothing. The first non-empty
+    draft wins and keeps its source's name.
+
+    Every source still sees every step's tokens: those not asked to draft get a k = 0
+    call, which means "look, do not draft" (model-free sources index the new tokens in
+    O(new tokens); a draft model returns at once and catches up when next asked). So the
+    suffix drafter remembers whole answers even when lookup drafted all of them."""
+
+    name = "chain"
+
+    def __init__(self, sources: Sequence[Drafter]):
+        if not sources:
+            raise ValueError("ChainDrafter needs at least one source")
+        self.sources = list(sources)
+
+    def propose(
+        self, tokens: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator
+    ) -> Draft:
+        draft = Draft.empty()
+        for source in self.sources:
+            if draft.tokens or k <= 0:
+                source.propose(tokens, 0, sampling, rng)
+            else:
+                draft = source.propose(tokens, k, sampling, rng)
+        return draft if draft.tokens else Draft.empty()
+
+    def reset(self) -> None:
+        for source in self.sources:
+            source.reset()
+
+    def close(self) -> None:
+        for source in self.sources:
+            source.close()

@@ -1,0 +1,231 @@
+"""Adaptive K controllers on scripted acceptance and cost sequences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specdash.engine.controller import (
+    CostModelController,
+    KController,
+    ThresholdController,
+    expected_tokens,
+)
+from specdash.errors import SpecdashError
+
+# What MODELS.md measured on this 2-core machine: a target batch of n tokens costs this
+# many single-token steps (29 ms); the 0.5B draft model costs ~17 ms per drafted token.
+CPU_RATIO = {1: 1.0, 5: 2.9, 9: 5.0, 17: 6.2}
+SINGLE_MS = 29.0
+DRAFT_MODEL_MS = 17.0
+FREE_DRAFT_MS = 0.02  # lookup / suffix
+
+
+def cpu_verify_ms(n: int) -> float:
+    sizes = sorted(CPU_RATIO)
+    if n in CPU_RATIO:
+        return SINGLE_MS * CPU_RATIO[n]
+    lo = max(s for s in sizes if s < n)
+    hi = min(s for s in sizes if s > n)
+    return SINGLE_MS * (CPU_RATIO[lo] + (CPU_RATIO[hi] - CPU_RATIO[lo]) * (n - lo) / (hi - lo))
+
+
+def flat_verify_ms(n: int) -> float:
+    """A machine where a batch costs little more than one token (a GPU, say)."""
+    return 20.0 + 0.5 * (n - 1)
+
+
+def step(ctl: KController, accept, draft_ms_per_token: float, verify_ms, content: str = "code"):
+    """One engine step: choose K, draft K tokens, accept `accept(k)` of them."""
+    k, reason = ctl.choose(content)
+    accepted = accept(k)
+    ctl.observe(k, k, accepted, draft_ms_per_token * k, verify_ms(k + 1), 0.2, content)
+    return k, reason
+
+
+def run(ctl, n, accept, draft_ms_per_token, verify_ms, content="code"):
+    return [step(ctl, accept, draft_ms_per_token, verify_ms, content)[0] for _ in range(n)]
+
+
+ALL = lambda k: k  # every drafted token accepted
+NONE = lambda k: 0  # the first drafted token rejected
+
+
+def test_expected_tokens():
+    assert expected_tokens(1.0, 4) == 5.0
+    assert expected_tokens(0.0, 4) == 1.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75)
+
+
+# --- threshold controller ---------------------------------------------------------------
+def test_threshold_raises_by_four_and_clamps_at_k_max():
+    ctl = ThresholdController(k_init=4, k_min=0, k_max=10, min_tokens=32)
+    traj = run(ctl, 14, ALL, 0.0, flat_verify_ms)
+    # 8 steps x 4 tokens = 32 tokens at 100% -> 8; 4 steps x 8 -> 10 (clamped); stays.
+    assert traj == [4] * 8 + [8] * 4 + [10] * 2
+    assert "K 8->10" in ctl.choose("code")[1]
+
+
+def test_threshold_lowers_by_four_and_never_reaches_zero():
+    ctl = ThresholdController(k_init=10, k_min=0, k_max=10, min_tokens=32)
+    traj = run(ctl, 40, NONE, 0.0, flat_verify_ms)
+    assert traj[:4] == [10, 10, 10, 10]  # 4 x 10 = 40 tokens before the first decision
+    assert traj[4] == 6 and traj[10] == 2
+    assert set(traj[-10:]) == {1}  # floor 1: at K=0 it could never measure again
+    ctl = ThresholdController(k_init=8, k_min=3, k_max=16)
+    assert set(run(ctl, 60, NONE, 0.0, flat_verify_ms)[-5:]) == {3}
+
+
+def test_threshold_holds_between_the_thresholds():
+    ctl = ThresholdController(k_init=8, k_max=16)
+    assert set(run(ctl, 50, lambda k: round(0.7 * k), 0.0, flat_verify_ms)) == {8}
+
+
+def test_threshold_counts_only_drafted_tokens():
+    """K=8 but lookup drafted 2, both accepted: that is 100% acceptance, not 25%."""
+    ctl = ThresholdController(k_init=8, k_max=16, min_tokens=32)
+    for _ in range(16):
+        k, _ = ctl.choose("code")
+        ctl.observe(k, 2, 2, 0.01, 20.0, 0.1, "code")
+    assert ctl.choose("code")[0] == 12
+
+
+# --- cost model controller ----------------------------------------------------------------
+def test_rises_to_k_max_on_high_acceptance_with_cheap_drafts():
+    ctl = CostModelController(k_min=0, k_max=16)
+    traj = run(ctl, 30, ALL, FREE_DRAFT_MS, flat_verify_ms)
+    assert traj[0] == 0  # one plain step to measure what speculation competes with
+    assert traj[1] == 4  # warm-up at the starting K
+    assert traj[2:] == sorted(traj[2:]), traj  # only up
+    assert traj[-1] == 16
+    _, reason = ctl.choose("code")
+    assert "K=16" in reason and "α=" in reason and "code" in reason
+
+
+def test_falls_to_zero_when_drafts_cost_and_are_rejected_then_probes_with_backoff():
+    ctl = CostModelController(k_min=0, k_max=16, probe_k=4, probe_steps=2, probe_every=16)
+    traj = run(ctl, 400, NONE, DRAFT_MODEL_MS, cpu_verify_ms)
+    assert traj[:2] == [0, 4]
+    assert traj[2] == 0  # one measured step of costly rejected drafts is enough
+    probes = [i for i in range(3, len(traj)) if traj[i] and not traj[i - 1]]
+    assert all(traj[i] == 4 and traj[i + 1] == 4 and traj[i + 2] == 0 for i in probes[:-1])
+    gaps = np.diff(probes)
+    assert len(probes) >= 4 and gaps[0] >= 16 and all(np.diff(gaps) > 0), probes
+    assert sum(k == 0 for k in traj) > 0.95 * len(traj)
+    assert "plain decoding wins" in ctl.choose("code")[1] or "probe" in ctl.choose("code")[1]
+
+
+def test_recovers_after_a_probe_when_acceptance_comes_back():
+    ctl = CostModelController(k_min=0, k_max=16, probe_every=16)
+    before = run(ctl, 60, NONE, FREE_DRAFT_MS, cpu_verify_ms)
+    assert set(before[-10:]) <= {0, 4} and before[-1] == 0
+    after = run(ctl, 150, ALL, FREE_DRAFT_MS, cpu_verify_ms)
+    first_probe = next(i for i, k in enumerate(after) if k)
+    # Two probes failed in the first 60 steps, so the interval has doubled twice: 64.
+    assert after[first_probe] == 4 and first_probe <= 64 + ctl.probe_steps
+    tail = after[first_probe:]
+    assert all(k > 0 for k in tail), after  # once back, speculation stays on
+    assert after[-1] >= 4
+
+
+def test_draft_model_on_this_cpu_loses_and_the_controller_finds_out():
+    """MODELS.md: draft only 1.7x faster, K=4 batch 2.9x a single step. With a realistic
+    0.8 acceptance plain decoding is faster, and measuring shows it."""
+    rng = np.random.default_rng(0)
+
+    def bernoulli(alpha):
+        def accept(k):
+            n = 0
+            while n < k and rng.random() < alpha:
+                n += 1
+            return n
+
+        return accept
+
+    ctl = CostModelController()
+    traj = run(ctl, 300, bernoulli(0.8), DRAFT_MODEL_MS, cpu_verify_ms)
+    assert sum(k == 0 for k in traj[10:]) > 0.9 * len(traj[10:])
+    # ... while free drafts at the same acceptance do pay on the same machine:
+    ctl = CostModelController()
+    traj = run(ctl, 300, bernoulli(0.8), FREE_DRAFT_MS, cpu_verify_ms)
+    assert min(traj[50:]) >= 1
+
+
+@pytest.mark.parametrize(
+    "alpha, draft_ms, verify",
+    [(0.8, FREE_DRAFT_MS, cpu_verify_ms), (0.9, 1.0, flat_verify_ms), (0.6, 2.0, flat_verify_ms)],
+)
+def test_reaches_near_the_analytic_optimum(alpha, draft_ms, verify):
+    rng = np.random.default_rng(1)
+
+    def accept(k):
+        n = 0
+        while n < k and rng.random() < alpha:
+            n += 1
+        return n
+
+    ctl = CostModelController(k_min=0, k_max=16)
+    run(ctl, 200, accept, draft_ms, verify)
+    chosen = run(ctl, 100, accept, draft_ms, verify)
+
+    def true_rate(k):
+        return expected_tokens(alpha, k) / (draft_ms * k + verify(k + 1) + 0.2)
+
+    best = max(range(17), key=true_rate)
+    got = np.mean([true_rate(k) for k in chosen])
+    assert got >= 0.93 * true_rate(best), (chosen, best)
+
+
+def test_acceptance_is_per_content_type():
+    ctl = CostModelController(k_min=0, k_max=16)
+    code, prose = [], []
+    for _ in range(100):
+        code.append(step(ctl, ALL, FREE_DRAFT_MS, cpu_verify_ms, "code")[0])
+        prose.append(step(ctl, NONE, FREE_DRAFT_MS, cpu_verify_ms, "prose")[0])
+    assert ctl.alpha("code") > 0.9 > ctl.alpha("prose")
+    assert min(code[20:]) >= 4
+    assert sum(k == 0 for k in prose[20:]) > 0.8 * len(prose[20:]), prose
+    k_prose, reason = ctl.choose("prose")
+    assert k_prose in (0, ctl.probe_k) and ("prose" in reason or "probe" in reason)
+
+
+def test_short_drafts_are_not_rejections_and_alpha_fits_the_geometric_model():
+    ctl = CostModelController()
+    for _ in range(100):  # K=8 asked, lookup had 2 tokens, both accepted
+        ctl.observe(8, 2, 2, 0.01, 30.0, 0.1, "code")
+    assert ctl.alpha("code") > 0.95
+    ctl.reset()
+    for _ in range(200):  # 3 accepted then a rejection: a = 3/4, though 3/8 of drafts
+        ctl.observe(8, 8, 3, 0.1, 80.0, 0.1, "json")
+    assert ctl.alpha("json") == pytest.approx(0.75, abs=0.01)
+
+
+def test_step_cost_interpolates_and_extrapolates():
+    ctl = CostModelController(prior_slope=0.5)
+    assert ctl.step_cost(3) is None
+    ctl.observe(4, 4, 4, 0.1, 29.9, 0.1, "")  # n = 5 costs 30
+    assert ctl.step_cost(5) == pytest.approx(30.0)
+    assert ctl.step_cost(1) == pytest.approx(10.0)  # one size: prior shape 1 + 0.5 (n - 1)
+    ctl.observe(0, 0, 0, 0.0, 9.9, 0.1, "")  # n = 1 costs 10
+    assert ctl.step_cost(3) == pytest.approx(20.0)  # between measured sizes
+    assert ctl.step_cost(9) == pytest.approx(50.0)  # beyond: the fitted slope, 5 per token
+
+
+def test_reset_keeps_target_costs_unless_the_target_changed():
+    ctl = CostModelController()
+    run(ctl, 10, ALL, FREE_DRAFT_MS, flat_verify_ms)
+    ctl.reset()
+    assert ctl.choose("code") == (4, "warm-up at K=4: nothing drafted yet")
+    ctl.reset(target_changed=True)
+    assert ctl.choose("code") == (0, "measuring a plain step")
+
+
+def test_k_range_is_respected_and_validated():
+    ctl = CostModelController(k_min=2, k_max=6)
+    traj = run(ctl, 40, ALL, FREE_DRAFT_MS, flat_verify_ms)
+    assert min(traj) >= 2 and max(traj) == 6
+    assert run(CostModelController(k_min=0, k_max=0), 5, ALL, 0.0, flat_verify_ms) == [0] * 5
+    with pytest.raises(SpecdashError, match="k_min=5 k_max=3"):
+        CostModelController(k_min=5, k_max=3)
+    with pytest.raises(SpecdashError, match="starting K=9"):
+        ThresholdController(k_init=9, k_max=8)
