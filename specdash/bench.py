@@ -1,4 +1,5 @@
-"""Sweeps over the engine: plain decoding vs every drafter x K, interleaved and repeated.
+"""Sweeps over the engine: plain decoding vs every drafter x K (and, for a MoE target, every
+active-expert count), interleaved and repeated.
 
 Why interleaved: this machine is shared and its speed drifts; running all configurations
 of a prompt back to back, in a rotating order, and repeating, lets the ratio to plain
@@ -43,6 +44,7 @@ class Result:
     n_generated: int
     same_text_as_plain: bool
     runs: list[float] = field(default_factory=list)  # tok/s of each repeat
+    experts: int | None = None  # MoE active experts the target ran with; None = not swept
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -57,40 +59,102 @@ def configs_for(drafters: list[str], ks: list[int], adaptive: bool) -> list[Conf
     return out
 
 
+Runs = dict[tuple[str, Config], list[Summary]]
+
+
 def run_bench(
     session: Session,
     prompts: list[Prompt],
-    drafters: dict[str, Drafter],
+    drafters: dict[str, Callable[[], Drafter]],
     configs: list[Config],
     *,
     max_tokens: int,
     repeat: int,
     progress: Callable[[str], None] = lambda line: None,
 ) -> list[Result]:
+    tokens = {p.name: session.prompt_tokens(p.text) for p in prompts}
+    _warm_up(session, tokens[prompts[0].name])
+    runs: Runs = {}
+    report = _Progress(repeat * len(prompts) * len(configs), progress)
+    for r in range(repeat):
+        _round(session, r, prompts, tokens, drafters, configs, max_tokens, runs, report)
+    return _results(prompts, configs, runs)
+
+
+def run_expert_sweep(
+    session: Session,
+    expert_counts: list[int],
+    prompts: list[Prompt],
+    drafters: dict[str, Callable[[], Drafter]],
+    configs: list[Config],
+    *,
+    max_tokens: int,
+    repeat: int,
+    progress: Callable[[str], None] = lambda line: None,
+) -> list[Result]:
+    """The bench at each expert count, the target reloaded with each override.
+
+    Rounds outside, expert counts inside in a rotating order: drift on a shared machine
+    then hits every count alike, at the price of a reload per count per round.
+    Speedups are relative to plain decoding at the same expert count.
+    """
+    tokens = {p.name: session.prompt_tokens(p.text) for p in prompts}
+    runs: dict[int, Runs] = {n: {} for n in expert_counts}
+    report = _Progress(repeat * len(expert_counts) * len(prompts) * len(configs), progress)
+    for r in range(repeat):
+        for n in expert_counts[r % len(expert_counts):] + expert_counts[: r % len(expert_counts)]:
+            if session.settings.experts != n:
+                progress(f"experts={n}: reloading the target")
+                session.set_experts(n)
+            _warm_up(session, tokens[prompts[0].name])
+            report.tag = f"experts={n} "
+            _round(session, r, prompts, tokens, drafters, configs, max_tokens, runs[n], report)
+    results = []
+    for n in expert_counts:
+        for res in _results(prompts, configs, runs[n]):
+            res.experts = n
+            results.append(res)
+    return results
+
+
+class _Progress:
+    def __init__(self, total: int, sink: Callable[[str], None]):
+        self.total, self.done, self.sink, self.tag = total, 0, sink, ""
+
+    def __call__(self, prompt: str, cfg: Config, summary: Summary) -> None:
+        self.done += 1
+        self.sink(
+            f"[{self.done}/{self.total}] {self.tag}{prompt:<16} {cfg.label:<18} {summary.tokens_per_s:6.1f} tok/s"
+            + ("" if summary.acceptance_rate is None else f"  acc {summary.acceptance_rate:.0%}")
+        )
+
+
+def _warm_up(session: Session, tokens: list[int]) -> None:
+    # The first decodes after a load pay page faults on the weights.
+    _consume(session.engine.generate(tokens, 16))
+
+
+def _round(session: Session, r: int, prompts: list[Prompt], tokens: dict[str, list[int]],
+           drafters: dict[str, Callable[[], Drafter]], configs: list[Config], max_tokens: int,
+           runs: Runs, report: _Progress) -> None:
+    """Every configuration once per prompt, starting at a different one each round."""
     engine = session.engine
     settings = engine.settings
     plain = NoDrafter()
-    tokens = {p.name: session.prompt_tokens(p.text) for p in prompts}
-    # Warm-up: the first decode after a load pays page faults on the weights.
-    _consume(engine.generate(tokens[prompts[0].name], 16))
+    for p in prompts:
+        order = configs[r % len(configs):] + configs[: r % len(configs)]
+        for cfg in order:
+            # A fresh drafter per run: the same prompt repeats, and a suffix drafter that
+            # remembered the last run's answer would measure memory, not speculation.
+            engine.drafter = plain if cfg.drafter == "plain" else drafters[cfg.drafter]()
+            settings.k = cfg.k
+            settings.adaptive = cfg.adaptive
+            summary = _consume(engine.generate(tokens[p.name], max_tokens))
+            runs.setdefault((p.name, cfg), []).append(summary)
+            report(p.name, cfg, summary)
 
-    runs: dict[tuple[str, Config], list[Summary]] = {}
-    total = repeat * len(prompts) * len(configs)
-    done = 0
-    for r in range(repeat):
-        for p in prompts:
-            order = configs[r % len(configs):] + configs[: r % len(configs)]
-            for cfg in order:
-                engine.drafter = plain if cfg.drafter == "plain" else drafters[cfg.drafter]
-                settings.k = cfg.k
-                settings.adaptive = cfg.adaptive
-                summary = _consume(engine.generate(tokens[p.name], max_tokens))
-                runs.setdefault((p.name, cfg), []).append(summary)
-                done += 1
-                progress(
-                    f"[{done}/{total}] {p.name:<16} {cfg.label:<18} {summary.tokens_per_s:6.1f} tok/s"
-                    + ("" if summary.acceptance_rate is None else f"  acc {summary.acceptance_rate:.0%}")
-                )
+
+def _results(prompts: list[Prompt], configs: list[Config], runs: Runs) -> list[Result]:
     results = []
     for p in prompts:
         base = runs[(p.name, configs[0])]
@@ -129,34 +193,50 @@ def _consume(events) -> Summary:
 
 
 def format_table(results: list[Result]) -> str:
-    head = f"{'prompt':<16} {'drafter':<18} {'tok/s':>7} {'speedup':>8} {'accept':>7} {'mean len':>8}  same text"
+    swept = any(r.experts is not None for r in results)
+    ex_head = f"{'experts':>7} " if swept else ""
+    head = (f"{'prompt':<16} {ex_head}{'drafter':<18} {'tok/s':>7} {'speedup':>8} {'accept':>7} "
+            f"{'mean len':>8}  same text")
     lines = [head, "-" * len(head)]
     prev = None
     for r in results:
-        if prev is not None and r.prompt != prev:
+        if prev is not None and (r.prompt, r.experts) != prev:
             lines.append("")
-        prev = r.prompt
+        prev = (r.prompt, r.experts)
         label = "plain" if r.drafter == "plain" else (f"{r.drafter} adaptive" if r.adaptive else f"{r.drafter} K={r.k}")
         acc = "-" if r.acceptance_rate is None else f"{r.acceptance_rate:.0%}"
+        ex = f"{r.experts:>7} " if swept else ""
         lines.append(
-            f"{r.prompt:<16} {label:<18} {r.tokens_per_s:7.1f} {r.speedup:7.2f}x {acc:>7} "
+            f"{r.prompt:<16} {ex}{label:<18} {r.tokens_per_s:7.1f} {r.speedup:7.2f}x {acc:>7} "
             f"{r.mean_accepted_length:8.2f}  {'yes' if r.same_text_as_plain else 'NO'}"
         )
     return "\n".join(lines)
 
 
-def adaptive_report(results: list[Result]) -> str:
-    """Per prompt: adaptive tok/s over the best fixed K and over plain decoding."""
+def experts_report(results: list[Result], reference: int) -> str:
+    """Per prompt: plain tok/s at each expert count, as a ratio to `reference` experts."""
     lines = []
     for prompt in dict.fromkeys(r.prompt for r in results):
-        rows = [r for r in results if r.prompt == prompt]
+        plain = {r.experts: r.tokens_per_s for r in results if r.prompt == prompt and r.drafter == "plain"}
+        ref = plain.get(reference)
+        parts = [f"{n}: {tps:.1f} tok/s" + (f" ({tps / ref:.2f}x)" if ref else "") for n, tps in plain.items()]
+        lines.append(f"{prompt:<16} plain by experts (ratio to {reference}): " + ", ".join(parts))
+    return "\n".join(lines)
+
+
+def adaptive_report(results: list[Result]) -> str:
+    """Per prompt (and expert count): adaptive tok/s over the best fixed K and over plain decoding."""
+    lines = []
+    for prompt, experts in dict.fromkeys((r.prompt, r.experts) for r in results):
+        rows = [r for r in results if (r.prompt, r.experts) == (prompt, experts)]
         plain = next(r for r in rows if r.drafter == "plain")
         for ad in (r for r in rows if r.adaptive):
             fixed = [r for r in rows if r.drafter in ("plain", ad.drafter) and not r.adaptive]
             best = max(fixed, key=lambda r: r.tokens_per_s)
             best_label = "plain" if best.drafter == "plain" else f"K={best.k}"
+            where = prompt if experts is None else f"{prompt} experts={experts}"
             lines.append(
-                f"{prompt:<16} {ad.drafter:<8} adaptive {ad.tokens_per_s:6.1f} tok/s = "
+                f"{where:<16} {ad.drafter:<8} adaptive {ad.tokens_per_s:6.1f} tok/s = "
                 f"{ad.tokens_per_s / best.tokens_per_s:.2f}x best fixed ({best_label}, {best.tokens_per_s:.1f}), "
                 f"{ad.tokens_per_s / plain.tokens_per_s:.2f}x plain"
             )

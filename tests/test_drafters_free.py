@@ -213,16 +213,32 @@ class Recorder:
         self.name, self.tokens, self.probs = name, tokens, probs
         self.calls: list[tuple[int, int]] = []  # (len(tokens), k) per call
         self.resets = self.closes = 0
+        self.prefilled: list[int] = []
 
     def propose(self, tokens, k, sampling, rng):
         self.calls.append((len(tokens), k))
         return Draft(self.tokens[:k], self.probs if k else None, self.name)
+
+    def prefill(self, tokens):
+        self.prefilled.append(len(tokens))
 
     def reset(self):
         self.resets += 1
 
     def close(self):
         self.closes += 1
+
+
+def test_chain_prefill_reaches_every_source_and_indexes_the_prompt():
+    model = Recorder("draft", [7, 7, 7])
+    lookup = PromptLookupDrafter()
+    chain = ChainDrafter([lookup, SuffixDrafter(), model])
+    prompt = [5, 6, 8, 9, 5, 6]
+    chain.prefill(prompt)
+    assert model.prefilled == [6] and model.calls == []
+    assert lookup._indexed == len(prompt)  # the prompt is indexed before the first step
+    d = propose(chain, prompt, k=2)
+    assert (d.tokens, d.source) == ([8, 9], "lookup")
 
 
 def test_chain_takes_the_first_non_empty_source_and_reports_it():

@@ -40,10 +40,15 @@ def register(subparsers) -> None:
         "interleaved and repeated, and report tok/s as a ratio to plain decoding measured in the "
         "same run. Default prompts: a built-in set (code generation, code editing, summarization, "
         "JSON extraction, prose). Greedy unless --temp is given.",
+        # --experts here takes a list and replaces the engine flag of the same name.
+        conflict_handler="resolve",
     )
     add_engine_arguments(p, with_k=False)
     p.add_argument("--k", dest="ks", type=_int_list, default=[0, 2, 4, 8], metavar="LIST",
                    help="K values to sweep, comma-separated (default 0,2,4,8; 0 = plain)")
+    p.add_argument("--experts", dest="expert_counts", type=_int_list, default=None, metavar="LIST",
+                   help="MoE targets: run the whole bench once per active-expert count, "
+                   "comma-separated, each in 1..expert_count (e.g. 1,2,4,8); the target reloads for each")
     p.add_argument("--drafters", type=_drafter_list, default=["draft", "lookup"], metavar="LIST",
                    help=f"draft sources, comma-separated from {', '.join(DRAFTER_CHOICES)} (default draft,lookup)")
     p.add_argument("--prompt-file", action="append", metavar="FILE", help="a prompt file (repeatable); replaces the built-in set")
@@ -75,7 +80,8 @@ def _prompts(args) -> list[Prompt]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdash.bench import adaptive_report, configs_for, format_table, run_bench
+    from specdash.bench import adaptive_report, configs_for, experts_report, format_table, run_bench, run_expert_sweep
+    from specdash.engine.experts import expert_counts, expert_key
     from specdash.engine.session import Session
 
     ks = args.ks
@@ -88,34 +94,49 @@ def run(args: argparse.Namespace) -> int:
         settings.max_tokens = 128
     draft_model = settings.draft if settings.draft not in ("none", "lookup", "suffix", "chain") else "qwen2.5-coder-0.5b"
     settings.draft = "none"
+    counts = list(dict.fromkeys(args.expert_counts)) if args.expert_counts else None
+    if counts:
+        settings.experts = counts[0]  # the first load serves the first sweep point
     session = Session(settings, progress=stderr_progress())
     try:
-        drafters = {}
-        for name in args.drafters:
-            if name == "draft":
-                drafters[name] = session.make_drafter(draft_model)
-        for name in args.drafters:
-            if name != "draft":
-                drafters[name] = session.make_drafter(name)
+        if counts:
+            for n in counts:  # refuse a bad count now, not after minutes of benchmarking
+                expert_key(session.target, n)
+            default_used = expert_counts(session.target)[0]
+            reference = default_used if default_used in counts else max(counts)
+        if "draft" in args.drafters or "chain" in args.drafters:
+            session.make_drafter(draft_model)  # load and check it once, before timing anything
+        drafters = {
+            name: (lambda spec=(draft_model if name == "draft" else name):
+                   session.make_drafter(spec, fresh_memory=True))
+            for name in args.drafters
+        }
         configs = configs_for(args.drafters, ks, getattr(args, "adaptive", False) or False)
         print(f"bench: {len(prompts)} prompts x {len(configs)} configurations x {args.repeat} repeats, "
               f"{settings.max_tokens} tokens each (target {settings.target}, draft model {draft_model})",
               file=sys.stderr)
-        results = run_bench(session, prompts, drafters, configs, max_tokens=settings.max_tokens,
-                            repeat=args.repeat, progress=lambda line: print(line, file=sys.stderr, flush=True))
-        for d in drafters.values():
-            d.close()
-    finally:
+        progress = lambda line: print(line, file=sys.stderr, flush=True)
+        if counts:
+            results = run_expert_sweep(session, counts, prompts, drafters, configs,
+                                       max_tokens=settings.max_tokens, repeat=args.repeat, progress=progress)
+        else:
+            results = run_bench(session, prompts, drafters, configs, max_tokens=settings.max_tokens,
+                                repeat=args.repeat, progress=progress)
+    finally:  # closes the loaded draft model too
         session.close()
     print(format_table(results))
     if any(r.adaptive for r in results):
         print()
         print(adaptive_report(results))
+    if counts:
+        print()
+        print(experts_report(results, reference))
     if args.json_out:
         payload = {"results": [r.to_json() for r in results],
                    "settings": {"target": settings.target, "draft_model": draft_model,
                                 "max_tokens": settings.max_tokens, "repeat": args.repeat,
-                                "threads": settings.threads, "temperature": settings.sampling.temperature}}
+                                "threads": settings.threads, "temperature": settings.sampling.temperature,
+                                "experts": counts or settings.experts}}
         Path(args.json_out).write_text(json.dumps(payload, indent=2))
         print(f"wrote {args.json_out}", file=sys.stderr)
     return 0

@@ -32,6 +32,15 @@ from specdash.engine.stats import (
 from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
 from specdash.errors import SpecdashError
 
+class TargetReloadError(SpecdashError):
+    """A target reload failed after the old model was closed; `target` is the model the
+    session loaded back in its place, so generation can go on."""
+
+    def __init__(self, message: str, target: LLM):
+        super().__init__(message)
+        self.target = target
+
+
 K_LIMIT = 64  # a target batch of K+1 must fit n_batch; beyond ~32 nothing pays on CPU anyway
 
 
@@ -118,7 +127,11 @@ class Engine:
                     expert_key(self.target, n)  # refuse before announcing a reload
                     yield NoticeEvent("info", f"reloading target with {n} active experts...")
                     t0 = time.perf_counter()
-                    self.target = self._reload_target(n)
+                    try:
+                        self.target = self._reload_target(n)
+                    except TargetReloadError as exc:
+                        self.target, self._needs_refeed = exc.target, True
+                        raise
                     yield NoticeEvent("info", f"target reloaded with {n} active experts in "
                                       f"{time.perf_counter() - t0:.1f}s; re-feeding the transcript")
                     s.experts = n
@@ -170,6 +183,7 @@ class Engine:
 
         t0 = time.perf_counter()
         target.prefill(prompt[:-1])
+        self.drafter.prefill(prompt)
         prefill_ms = (time.perf_counter() - t0) * 1e3
         yield PrefillEvent(len(prompt) - 1, prefill_ms)
 

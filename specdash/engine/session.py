@@ -11,14 +11,18 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from specdash.engine import commands as C
-from specdash.engine.drafters.base import Drafter, NoDrafter
+from specdash.engine.drafters.base import Borrowed, Drafter, NoDrafter
+from specdash.engine.drafters.chain import ChainDrafter
 from specdash.engine.drafters.draft_model import DraftModelDrafter
-from specdash.engine.engine import Engine
+from specdash.engine.drafters.lookup import PromptLookupDrafter
+from specdash.engine.drafters.suffix import SuffixDrafter
+from specdash.engine.engine import Engine, TargetReloadError
 from specdash.engine.experts import expert_info, expert_key
 from specdash.engine.llm import LLM
 from specdash.engine.settings import EngineSettings
 from specdash.engine.stats import Event
 from specdash.errors import SpecdashError
+from specdash.models.compat import check_pair
 
 Progress = Callable[[str, float | None], None]
 
@@ -32,7 +36,8 @@ class Session:
         self.settings = settings
         self._progress = progress or (lambda msg, frac: None)
         self._resolve = resolve_model
-        self._suffix = None  # one suffix drafter per session: it remembers earlier outputs
+        self._suffix: SuffixDrafter | None = None  # one per session: it remembers earlier outputs
+        self._draft_models: dict[str, DraftModelDrafter] = {}  # loaded once, lent on every swap
         self._draft_llm_spec: str | None = None
         self.target_path = self._resolve_path(settings.target)
         self._progress(f"loading target {settings.target}", None)
@@ -80,11 +85,15 @@ class Session:
 
     def _reload_target(self, n: int) -> LLM:
         expert_key(self.target, n)  # refuse before dropping the loaded model
-        old = self.target
+        old, previous = self.target, self.settings.experts
         self.target = None
         old.close()  # first: a large MoE target does not fit in memory twice
+        try:
+            self.target = self._load_target(n)
+        except SpecdashError as exc:  # e.g. out of memory: get back to what was running
+            self.target = self._load_target(previous)
+            raise TargetReloadError(f"{exc}; kept {previous or 'the default'} experts", self.target)
         self.settings.experts = n
-        self.target = self._load_target(n)
         return self.target
 
     def expert_info(self) -> tuple[int, int] | None:
@@ -98,42 +107,40 @@ class Session:
         if self.engine.controller is not None:  # step costs measured on the old model are void
             self.engine.controller.reset(target_changed=True)
 
-    def make_drafter(self, spec: str) -> Drafter:
-        """Build a draft source by name; a draft model must pass the compatibility check."""
+    def make_drafter(self, spec: str, *, fresh_memory: bool = False) -> Drafter:
+        """Build a draft source by name; a draft model must pass the compatibility check.
+
+        Loaded draft models and the suffix drafter belong to the session and are lent
+        (swapping back is instant and the suffix memory spans prompts). fresh_memory=True
+        gives a suffix drafter with no history: the bench repeats identical prompts, and
+        remembering the previous run's answer would be an unfair head start."""
         s = self.settings
         if spec == "none":
             return NoDrafter()
         if spec == "lookup":
-            from specdash.engine.drafters.lookup import PromptLookupDrafter
-
             return PromptLookupDrafter(s.lookup_min_ngram, s.lookup_max_ngram)
         if spec == "suffix":
-            return self._suffix_drafter()
+            return SuffixDrafter() if fresh_memory else Borrowed(self._session_suffix())
         if spec == "chain":
-            from specdash.engine.drafters.chain import ChainDrafter
-            from specdash.engine.drafters.lookup import PromptLookupDrafter
-
             sources: list[Drafter] = [
                 PromptLookupDrafter(s.lookup_min_ngram, s.lookup_max_ngram),
-                self._suffix_drafter(),
+                SuffixDrafter() if fresh_memory else Borrowed(self._session_suffix()),
             ]
             if self._draft_llm_spec:
-                sources.append(self._draft_model(self._draft_llm_spec))
+                sources.append(Borrowed(self._draft_model(self._draft_llm_spec)))
             return ChainDrafter(sources)
-        drafter = self._draft_model(spec)
+        drafter = Borrowed(self._draft_model(spec))
         self._draft_llm_spec = spec
         return drafter
 
-    def _suffix_drafter(self) -> Drafter:
-        from specdash.engine.drafters.suffix import SuffixDrafter
-
+    def _session_suffix(self) -> SuffixDrafter:
         if self._suffix is None:
             self._suffix = SuffixDrafter()
-        return _Borrowed(self._suffix)
+        return self._suffix
 
     def _draft_model(self, spec: str) -> DraftModelDrafter:
-        from specdash.models.compat import check_pair
-
+        if spec in self._draft_models:
+            return self._draft_models[spec]
         path = self._resolve_path(spec)
         report = check_pair(self.target_path, path)
         if not report.compatible:
@@ -141,7 +148,8 @@ class Session:
             raise SpecdashError(f"draft {spec} is incompatible with target {self.settings.target}: {failed}")
         s = self.settings
         llm = LLM(path, n_ctx=s.ctx, n_threads=s.threads)
-        return DraftModelDrafter(llm, p_min=s.draft_p_min, label=Path(spec).stem)
+        drafter = self._draft_models[spec] = DraftModelDrafter(llm, p_min=s.draft_p_min, label=Path(spec).stem)
+        return drafter
 
     # --- running --------------------------------------------------------------------
     def prompt_tokens(self, prompt: str) -> list[int]:
@@ -157,24 +165,9 @@ class Session:
 
     def close(self) -> None:
         self.engine.drafter.close()
+        for drafter in self._draft_models.values():
+            drafter.close()
         if self._suffix is not None:
             self._suffix.close()
         if self.target is not None:
             self.target.close()
-
-
-class _Borrowed:
-    """The session's suffix drafter lent to the engine: closing the loan keeps its memory."""
-
-    def __init__(self, inner):
-        self._inner = inner
-        self.name = inner.name
-
-    def propose(self, tokens, k, sampling, rng):
-        return self._inner.propose(tokens, k, sampling, rng)
-
-    def reset(self) -> None:
-        self._inner.reset()
-
-    def close(self) -> None:
-        pass

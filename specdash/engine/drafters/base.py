@@ -36,6 +36,11 @@ class Drafter(Protocol):
         the target rejected since the last call."""
         ...
 
+    def prefill(self, tokens: Sequence[int]) -> None:
+        """Called once per prompt, inside the engine's prefill phase: index the prompt or
+        fill a draft model's KV cache, so the first step is not charged for it."""
+        ...
+
     def reset(self) -> None:
         """A new prompt starts: forget per-sequence state (keep cross-prompt memory)."""
         ...
@@ -53,8 +58,33 @@ class NoDrafter:
     def propose(self, tokens, k, sampling, rng) -> Draft:
         return Draft.empty()
 
+    def prefill(self, tokens) -> None:
+        pass
+
     def reset(self) -> None:
         pass
+
+    def close(self) -> None:
+        pass
+
+
+class Borrowed:
+    """A drafter lent by its owner (the session): closing the loan leaves it open, so a
+    loaded draft model or a suffix drafter's memory survives drafter swaps."""
+
+    def __init__(self, inner: Drafter):
+        self.inner = inner
+        self.name = inner.name
+        self.label = getattr(inner, "label", inner.name)
+
+    def propose(self, tokens, k, sampling, rng) -> Draft:
+        return self.inner.propose(tokens, k, sampling, rng)
+
+    def prefill(self, tokens) -> None:
+        self.inner.prefill(tokens)
+
+    def reset(self) -> None:
+        self.inner.reset()
 
     def close(self) -> None:
         pass

@@ -38,6 +38,10 @@ class ChainDrafter:
                 draft = source.propose(tokens, k, sampling, rng)
         return draft if draft.tokens else Draft.empty()
 
+    def prefill(self, tokens: Sequence[int]) -> None:
+        for source in self.sources:
+            source.prefill(tokens)
+
     def reset(self) -> None:
         for source in self.sources:
             source.reset()

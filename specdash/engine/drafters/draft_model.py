@@ -75,6 +75,12 @@ class DraftModelDrafter:
                 self._kv.append(tok)
         return Draft(out, np.stack(probs) if probs else None, self.name)
 
+    def prefill(self, tokens: Sequence[int]) -> None:
+        # All but the last token: the first propose() decodes that one for its logits.
+        self.llm.prefill(tokens[:-1])
+        self._kv[:] = tokens[:-1]
+        self._committed = len(self._kv)
+
     def reset(self) -> None:
         self.llm.clear()
         self._kv.clear()

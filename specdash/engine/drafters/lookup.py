@@ -103,6 +103,9 @@ class PromptLookupDrafter:
                 return Draft(toks[start + n : start + n + k], None, self.name)
         return Draft.empty()
 
+    def prefill(self, tokens: Sequence[int]) -> None:
+        self.propose(tokens, 0, SamplingParams(), None)  # k = 0: index, don't draft
+
     def reset(self) -> None:
         self._mirror.clear()
         self._last_start.clear()

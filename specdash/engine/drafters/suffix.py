@@ -213,6 +213,9 @@ class SuffixDrafter:
             occurrences = [(t, p + 1) for t, p in occurrences if p < len(t) and t[p] == tok]
         return Draft(draft, None, self.name) if draft else Draft.empty()
 
+    def prefill(self, tokens: Sequence[int]) -> None:
+        self.propose(tokens, 0, SamplingParams(), None)  # k = 0: index, don't draft
+
     def reset(self) -> None:
         self._archive()
         self._start()

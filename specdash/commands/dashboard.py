@@ -1,0 +1,94 @@
+"""`specdash` with no subcommand: the live dashboard. Flags live on the top-level parser."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from specdash.commands.common import add_engine_arguments, add_prompt_arguments, load_settings, read_prompt
+from specdash.errors import SpecdashError
+
+# Leading K=0 steps of every prompt: the plain-decoding reference on the tok/s chart,
+# measured on this machine with this target.
+CALIBRATE_STEPS = 12
+# How long `q` waits for the engine's current step before leaving anyway.
+QUIT_GRACE_S = 0.5
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"refresh must be a number of seconds, got {text!r}") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_engine_arguments(parser)
+    add_prompt_arguments(parser, required=False)
+    g = parser.add_argument_group("dashboard")
+    g.add_argument("--theme", metavar="NAME", help="colour theme (default specdash-dark; also "
+                   "specdash-light, Textual's built-ins, or your own in ~/.config/specdash/themes/)")
+    g.add_argument("--refresh", type=_seconds, metavar="SECONDS",
+                   help="telemetry poll interval, 0.1..60 (default 1)")
+    g.add_argument("--screenshots", metavar="DIR",
+                   help="folder for `s` screenshots (default ~/specdash-screenshots)")
+
+
+def _prompt_from_config(ui) -> str | None:
+    if ui.prompt is not None:
+        return ui.prompt
+    if ui.prompt_file is not None:
+        path = Path(ui.prompt_file).expanduser()
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SpecdashError(f"[generation] prompt_file = {path}: cannot read it ({exc})") from None
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from textual.theme import BUILTIN_THEMES
+
+    from specdash.config import find_config_path
+    from specdash.engine.session import Session
+    from specdash.prompts import BUILTIN
+    from specdash.tui.app import DashboardOptions, SpecdashApp
+    from specdash.tui.engine_driver import WorkItem
+    from specdash.tui.themes import load_themes
+
+    config = load_settings(args)
+    prompt = read_prompt(args)
+    if prompt is None:
+        prompt = _prompt_from_config(config.ui)
+    themes = {**BUILTIN_THEMES, **load_themes()}
+    if config.ui.theme not in themes:
+        raise SpecdashError(f"--theme {config.ui.theme}: unknown theme; available: {', '.join(sorted(themes))}")
+    options = DashboardOptions(
+        settings=config.engine,
+        prompt=prompt,
+        workload=[WorkItem(f"{p.name} ({p.kind})", p.text) for p in BUILTIN],
+        theme=config.ui.theme,
+        refresh=config.ui.refresh,
+        screenshots_dir=args.screenshots or config.ui.screenshots_dir,
+        config_path=find_config_path(getattr(args, "config", None)),
+    )
+    def make_session(settings, progress):
+        session = Session(settings, progress=progress)
+        session.engine.calibrate_steps = CALIBRATE_STEPS
+        return session
+
+    app = SpecdashApp(options, session_factory=make_session)
+    app.run()
+    code = app.return_code or 0
+    engine = app.engine_thread
+    if engine is not None and engine.is_alive():
+        # Stop was sent; a step in progress ends within ~0.2 s on an idle machine and the
+        # session closes. A long prefill or an overloaded CPU must not hold the shell.
+        engine.join(QUIT_GRACE_S)
+        if engine.is_alive():
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    return code
