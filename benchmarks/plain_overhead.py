@@ -34,7 +34,7 @@ def llama_cpp_python_tps(llm: Llama, prompt: list[int], n: int) -> float:
             t0 = time.perf_counter()
         else:
             count += 1
-        if count >= n - 1 or llm._model.token_is_eog(tok):
+        if count >= n - 1 or tok == llm.token_eos():
             break
     return count / (time.perf_counter() - t0)
 

@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--theme", metavar="NAME", help="colour theme (default specdash-dark; also "
                    "specdash-light, Textual's built-ins, or your own in ~/.config/specdash/themes/)")
     g.add_argument("--refresh", type=_seconds, metavar="SECONDS",
-                   help="telemetry poll interval, 0.1..60 (default 1)")
+                   help="seconds between telemetry polls and redraws of numbers and charts, "
+                   "0.1..60 (default 1); the text streams as it comes")
     g.add_argument("--screenshots", metavar="DIR",
                    help="folder for `s` screenshots (default ~/specdash-screenshots)")
 

@@ -173,6 +173,14 @@ class Engine:
             )
         self._stop = False
         self._needs_refeed = False
+        # A Stop queued before this run started was meant for the previous run.
+        pending = []
+        while not self._queue.empty():
+            cmd = self._queue.get_nowait()
+            if not isinstance(cmd, C.Stop):
+                pending.append(cmd)
+        for cmd in pending:
+            self._queue.put(cmd)
         target.clear()
         self.drafter.reset()
         if self.controller:

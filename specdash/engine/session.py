@@ -23,6 +23,7 @@ from specdash.engine.settings import EngineSettings
 from specdash.engine.stats import Event
 from specdash.errors import SpecdashError
 from specdash.models.compat import check_pair
+from specdash.models.registry import known_names
 
 Progress = Callable[[str, float | None], None]
 
@@ -148,7 +149,7 @@ class Session:
             raise SpecdashError(f"draft {spec} is incompatible with target {self.settings.target}: {failed}")
         s = self.settings
         llm = LLM(path, n_ctx=s.ctx, n_threads=s.threads)
-        drafter = self._draft_models[spec] = DraftModelDrafter(llm, p_min=s.draft_p_min, label=Path(spec).stem)
+        drafter = self._draft_models[spec] = DraftModelDrafter(llm, p_min=s.draft_p_min, label=spec if spec in known_names() else Path(spec).stem)
         return drafter
 
     # --- running --------------------------------------------------------------------

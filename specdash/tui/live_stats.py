@@ -1,0 +1,174 @@
+"""What the dashboard's charts show, folded from engine events. No Textual import.
+
+Everything here is a function of the events alone (their `t` stamps included), never of
+when the UI happened to receive them: a replayed recording therefore draws the same
+charts every time, which is what the snapshot tests rely on.
+
+Time axis: "decode time" — the wall time between consecutive steps of a run. Prefill,
+pauses and the gap after a settings change (a draft model loading) are left out, so a
+pause does not draw a flat line and a reload does not look like a slow step.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from specdash.engine.stats import (
+    NoticeEvent,
+    PrefillEvent,
+    SettingsEvent,
+    SpecCounters,
+    StepEvent,
+    Summary,
+)
+
+
+@dataclass(slots=True)
+class Bin:
+    """One column of the time charts: the steps of `bin_seconds` of decode time."""
+
+    seconds: float = 0.0
+    tokens: int = 0
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    k: int = 0  # K of the bin's last step
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.tokens / self.seconds if self.seconds > 0 else None
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+
+class LiveStats:
+    def __init__(
+        self,
+        bin_seconds: float = 0.5,
+        history_bins: int = 400,
+        rate_window_s: float = 2.0,
+        recent_steps: int = 128,
+        plain_steps: int = 32,
+    ):
+        self.bin_seconds = bin_seconds
+        self.rate_window_s = rate_window_s
+        self.bins: deque[Bin] = deque(maxlen=history_bins)
+        self._open = Bin()
+        self.total = SpecCounters()  # the whole session, every prompt
+        self.run = SpecCounters()  # the current prompt
+        self.recent: deque[StepEvent] = deque(maxlen=recent_steps)
+        self._recent_dt: deque[tuple[float, int]] = deque()  # (decode seconds, tokens)
+        self._recent_dt_sum = 0.0
+        self._plain: deque[float] = deque(maxlen=plain_steps)  # seconds per token, K=0 steps
+        self._prev_t: float | None = None
+        self.settings: SettingsEvent | None = None
+        self.last_step: StepEvent | None = None
+        self.last_summary: Summary | None = None
+        self.last_prefill: PrefillEvent | None = None
+        self.drafter = ""  # the configured drafter (settings), not the per-step source
+
+    # --- feeding ---------------------------------------------------------------------
+    def feed(self, ev: object) -> None:
+        match ev:
+            case StepEvent():
+                self._step(ev)
+            case SettingsEvent():
+                self.settings = ev
+                self.drafter = ev.drafter
+                self._prev_t = None
+            case PrefillEvent():
+                self.last_prefill = ev
+                self.run = SpecCounters()
+                self._prev_t = None
+            case Summary():
+                self.last_summary = ev
+                self._prev_t = None
+            case NoticeEvent():
+                pass
+
+    def _step(self, ev: StepEvent) -> None:
+        # The first step after a prefill, a pause or a settings change has no predecessor
+        # in the same stretch of decoding: its own measured cost stands in.
+        first_of_stretch = self._prev_t is None
+        dt = ev.step_ms / 1e3 if first_of_stretch else max(ev.t - self._prev_t, 0.0)
+        self._prev_t = ev.t
+        n = len(ev.tokens)
+        self.total.add(ev)
+        self.run.add(ev)
+        self.recent.append(ev)
+        self.last_step = ev
+
+        self._recent_dt.append((dt, n))
+        self._recent_dt_sum += dt
+        while len(self._recent_dt) > 1 and self._recent_dt_sum - self._recent_dt[0][0] >= self.rate_window_s:
+            self._recent_dt_sum -= self._recent_dt.popleft()[0]
+
+        # The first step of a stretch is timed differently (its own cost, which includes
+        # warm-up right after prefill), so the reference takes only steady-state steps.
+        if ev.k == 0 and ev.drafted == 0 and not first_of_stretch and n:
+            self._plain.append(dt / n)
+
+        b = self._open
+        b.seconds += dt
+        b.tokens += n
+        b.steps += 1
+        b.drafted += ev.drafted
+        b.accepted += ev.accepted
+        b.k = ev.k
+        if b.seconds >= self.bin_seconds:
+            self.bins.append(b)
+            self._open = Bin()
+
+    # --- what the panels read ----------------------------------------------------------
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Decode tok/s over the last `rate_window_s` seconds of decode time."""
+        tokens = sum(n for _, n in self._recent_dt)
+        return tokens / self._recent_dt_sum if self._recent_dt_sum > 0 else None
+
+    @property
+    def plain_tokens_per_s(self) -> float | None:
+        """Plain-decoding speed measured on this machine: 1 / the median time per token
+        of the last `plain_steps` steps that ran at K=0 without a draft (the engine's
+        calibration steps, or the operator's K=0). The median, because the first steps
+        of a process fault the mmapped weights in and can be 10x slower."""
+        if not self._plain:
+            return None
+        ordered = sorted(self._plain)
+        mid = len(ordered) // 2
+        median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        return 1.0 / median if median > 0 else None
+
+    def recent_counters(self) -> SpecCounters:
+        """SpecCounters over the last `recent_steps` steps: what speculation does now, not
+        averaged with minutes-old settings."""
+        counters = SpecCounters()
+        for ev in self.recent:
+            counters.add(ev)
+        return counters
+
+    def series(self, n: int) -> list[Bin]:
+        """The last `n` completed bins, oldest first. The bin still filling is left out:
+        a chart then changes once per bin, not on every redraw, which keeps the UI's
+        CPU share down at the cost of at most `bin_seconds` of lag."""
+        bins = list(self.bins)
+        return bins[-n:] if n > 0 else []
+
+    def smoothed(self, n: int) -> list[tuple[float | None, float | None]]:
+        """(acceptance, tok/s) for the last `n` bins, each over the trailing
+        `rate_window_s` of decode time — the same window as the headline numbers, so a
+        step of a few hundred ms does not turn the chart into 0/1 noise."""
+        span = max(round(self.rate_window_s / self.bin_seconds), 1)
+        bins = self.series(n + span - 1)
+        out = []
+        for i in range(max(len(bins) - n, 0), len(bins)):
+            window = bins[max(i - span + 1, 0) : i + 1]
+            drafted = sum(b.drafted for b in window)
+            accepted = sum(b.accepted for b in window)
+            seconds = sum(b.seconds for b in window)
+            tokens = sum(b.tokens for b in window)
+            out.append((accepted / drafted if drafted else None, tokens / seconds if seconds > 0 else None))
+        return out

@@ -1,0 +1,65 @@
+"""`?`: every control (with why it is unavailable, when it is) and what each number means."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+METRICS = (
+    ("acceptance", "accepted / drafted tokens over the last 128 steps (llama.cpp's definition)"),
+    ("mean len", "1 + accepted / steps: tokens committed per target pass (vLLM's definition)"),
+    ("per position", "share of steps that drafted position i whose draft i was accepted"),
+    ("tok/s", "decode tokens per second of decode time over the last 2 s; prefill excluded"),
+    ("plain", "tok/s of steps at K=0 with no draft (the engine's calibration steps, or K=0)"),
+    ("proc / dash", "CPU of the whole process / of the dashboard's own threads (100% = 1 core)"),
+    ("text colours", "draft-accepted tokens vs tokens the target produced itself"),
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll {
+        width: 90%; max-width: 110; height: 90%;
+        border: round $primary; background: $surface; padding: 0 1;
+    }
+    """
+
+    BINDINGS = [
+        Binding("escape,question_mark,q", "close", "Close", id="help.close"),
+    ]
+
+    def __init__(self, controls: list[tuple[str, str, str]]):
+        """controls: (key, description, "" or why it is unavailable now)."""
+        super().__init__()
+        self._controls = controls
+
+    def compose(self) -> ComposeResult:
+        keys = Table.grid(padding=(0, 2))
+        keys.add_column(style="bold")
+        keys.add_column()
+        for key, description, why_not in self._controls:
+            line = Text(description)
+            if why_not:
+                line.append(f"  (unavailable: {why_not})", "dim")
+            keys.add_row(key, line)
+        metrics = Table.grid(padding=(0, 2))
+        metrics.add_column(style="bold")
+        metrics.add_column()
+        for name, meaning in METRICS:
+            metrics.add_row(name, meaning)
+        with VerticalScroll() as box:
+            box.border_title = "Help — Esc to close"
+            yield Static(Text("Controls", style="bold underline"))
+            yield Static(keys)
+            yield Static(Text("\nWhat the numbers mean", style="bold underline"))
+            yield Static(metrics)
+            yield Static(Text("\nCtrl+P opens the command palette (every control, and the theme).", style="dim"))
+
+    def action_close(self) -> None:
+        self.dismiss(None)

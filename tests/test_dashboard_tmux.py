@@ -1,0 +1,79 @@
+"""End to end, as a person would: `specdash` in a real terminal (tmux), keys typed, the
+screen read back with capture-pane."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = [
+    pytest.mark.tmux,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)"),
+]
+
+STATUS = re.compile(r"▶ running │ .* │ K (\d+) fixed │ T [\d.]+ │ ([\d.]+) tok/s")
+EXIT = "SPECDASH-EXIT:"
+
+
+class Tmux:
+    """One tmux server of our own (-L), so nothing else's sessions are touched."""
+
+    def __init__(self, name: str):
+        self.socket = name
+
+    def __call__(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True,
+                              text=True).stdout
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-t", "e2e")
+
+    def wait_for(self, predicate, what: str, timeout_s: float = 300.0) -> str:
+        # A liveness bound for a loaded 2-core machine; nothing asserts how fast it was.
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if predicate(screen):
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"never happened: {what}\n--- screen ---\n{self.screen()}")
+
+
+def status(screen: str) -> tuple[int, float] | None:
+    match = STATUS.search(screen)
+    return (int(match.group(1)), float(match.group(2))) if match else None
+
+
+def test_dashboard_in_tmux_plus_then_q(tmp_path, smol_path):
+    tmux = Tmux(f"specdash-e2e-{os.getpid()}")
+    command = " ".join(shlex.quote(a) for a in [
+        sys.executable, "-m", "specdash", "--target", str(smol_path), "--draft", "lookup", "--k", "2",
+        "--threads", "2", "--screenshots", str(tmp_path), "--max-tokens", "3000",
+        "--prompt", "Write the numbers from 1 to 400, separated by commas.",
+    ])
+    tmux("new-session", "-d", "-s", "e2e", "-x", "100", "-y", "30",
+         f"{command}; echo {EXIT}$?; sleep 120")
+    try:
+        screen = tmux.wait_for(lambda s: (st := status(s)) is not None and st[1] > 0, "tokens streaming")
+        assert status(screen)[0] == 2
+        assert "Generation" in screen and "Acceptance" in screen and "CPU" in screen and "Memory" in screen
+
+        tmux("send-keys", "-t", "e2e", "+")
+        screen = tmux.wait_for(lambda s: (st := status(s)) is not None and st[0] == 3, "K=3 on the status line")
+        assert "K 3 · lookup" in screen  # the K panel's title
+        screen = tmux.wait_for(lambda s: (st := status(s)) is not None and st[1] > 0, "tok/s above zero")
+
+        tmux("send-keys", "-t", "e2e", "q")
+        screen = tmux.wait_for(lambda s: EXIT in s, "the process exited")
+        assert f"{EXIT}0" in screen
+        # The alternate screen is gone: no panel borders, no traceback left behind.
+        assert "╭" not in screen and "Traceback" not in screen
+    finally:
+        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)

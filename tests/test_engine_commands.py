@@ -1,0 +1,102 @@
+"""Commands sent to a running engine, on a small real model (SmolLM2-135M)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from specdash.engine import commands as C
+from specdash.engine.session import Session
+from specdash.engine.settings import EngineSettings
+from specdash.engine.stats import NoticeEvent, SettingsEvent, StepEvent, Summary
+
+PROMPT = "List the first twenty prime numbers, one per line, with a short remark on each."
+
+
+@pytest.fixture(scope="module")
+def session(smol_path):
+    s = Session(EngineSettings(target="smollm2-135m", draft="lookup", k=3, threads=1, ctx=1024))
+    yield s
+    s.close()
+
+
+def collect(events, on_step=None):
+    out = {"steps": [], "notices": [], "settings": [], "summary": None}
+    for ev in events:
+        if isinstance(ev, StepEvent):
+            out["steps"].append(ev)
+            if on_step:
+                on_step(ev)
+        elif isinstance(ev, NoticeEvent):
+            out["notices"].append(ev)
+        elif isinstance(ev, SettingsEvent):
+            out["settings"].append(ev)
+        elif isinstance(ev, Summary):
+            out["summary"] = ev
+    return out
+
+
+def test_stop_queued_before_a_run_is_ignored(session):
+    session.send(C.Stop())
+    run = collect(session.run(PROMPT, max_tokens=12))
+    assert run["summary"].stop_reason in ("max_tokens", "eos")
+    assert run["summary"].n_generated > 1
+
+
+def test_stop_mid_run_ends_it_with_the_text_so_far(session):
+    def on_step(ev):
+        if ev.step == 3:
+            session.send(C.Stop())
+
+    run = collect(session.run(PROMPT, max_tokens=60), on_step)
+    assert run["summary"].stop_reason == "stopped"
+    assert len(run["steps"]) == 3
+    assert run["summary"].text == "".join(s.text for s in run["steps"])
+
+
+def test_pause_blocks_between_steps_until_resumed_from_another_thread(session):
+    resumed_at = {}
+
+    def on_step(ev):
+        if ev.step == 2:
+            session.send(C.Pause())
+
+            def resume():
+                time.sleep(0.5)
+                resumed_at["t"] = time.perf_counter()
+                session.send(C.Resume())
+
+            threading.Thread(target=resume).start()
+
+    run = collect(session.run(PROMPT, max_tokens=10), on_step)
+    step3 = run["steps"][2]
+    assert step3.t > resumed_at["t"], "the engine stepped while paused"
+    assert [s.paused for s in run["settings"][1:3]] == [True, False]
+
+
+def test_invalid_k_is_refused_and_the_old_k_stays(session):
+    session.engine.settings.k = 3
+
+    def on_step(ev):
+        if ev.step == 1:
+            session.send(C.SetK(-2))
+
+    run = collect(session.run(PROMPT, max_tokens=12), on_step)
+    assert any(n.level == "warning" and "K=-2" in n.message for n in run["notices"])
+    assert session.settings.k == 3
+    assert run["summary"].n_generated > 2
+
+
+def test_incompatible_draft_swap_is_refused_and_generation_goes_on(session, gemma_path):
+    def on_step(ev):
+        if ev.step == 2:
+            session.send(C.SetDrafter("gemma3-270m"))
+
+    run = collect(session.run(PROMPT, max_tokens=16), on_step)
+    warning = next(n for n in run["notices"] if n.level == "warning")
+    assert "incompatible" in warning.message and "gemma3-270m" in warning.message
+    assert session.settings.draft == "lookup"
+    assert {s.drafter for s in run["steps"]} <= {"lookup", "none"}
+    assert run["summary"].n_generated >= 3

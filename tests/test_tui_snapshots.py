@@ -1,0 +1,54 @@
+"""Snapshots of the dashboard driven by a recorded engine run (tests/fixtures/replay_*.jsonl)
+and a fake 2-node sysfs tree. Nothing on screen depends on the clock or the machine: the
+charts are functions of the recorded events, telemetry is fixed, the refresh timer fires
+once. Update with `pytest --snapshot-update` after checking the new pictures."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_tui_support import FailingSession, load_replay, replay_app
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+N_STEPS = sum(1 for ev in load_replay() if type(ev).__name__ == "StepEvent")
+
+
+async def replayed(pilot) -> None:
+    app = pilot.app
+    for _ in range(600):
+        if app.stats.total.steps == N_STEPS and app.engine_state == "running" and app.panels_current:
+            break
+        await pilot.pause(0.02)
+    assert app.stats.total.steps == N_STEPS, "the replay did not reach the screen"
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_dashboard(snap_compare, size):
+    assert snap_compare(replay_app(), terminal_size=size, run_before=replayed)
+
+
+def test_dashboard_light_theme_100x30(snap_compare):
+    assert snap_compare(replay_app(theme="specdash-light"), terminal_size=(100, 30), run_before=replayed)
+
+
+def test_help_screen(snap_compare):
+    assert snap_compare(replay_app(), terminal_size=(100, 30), run_before=replayed, press=["question_mark"])
+
+
+def test_draft_picker(snap_compare, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDASH_CACHE", str(tmp_path))  # nothing cached: same list everywhere
+    assert snap_compare(replay_app(), terminal_size=(100, 30), run_before=replayed, press=["d"])
+
+
+def test_engine_error_is_shown(snap_compare):
+    async def failed(pilot) -> None:
+        for _ in range(300):
+            if pilot.app.engine_state == "error" and pilot.app.panels_current:
+                break
+            await pilot.pause(0.02)
+        assert pilot.app.engine_state == "error"
+
+    app = replay_app(session_factory=lambda s, p: FailingSession(s, p))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=failed)

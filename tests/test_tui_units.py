@@ -1,0 +1,321 @@
+"""The dashboard's non-drawing parts: stats folded from events, the engine thread's
+driver, theme files, chart geometry."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from specdash.engine import commands as C
+from specdash.engine.settings import EngineSettings
+from specdash.engine.stats import PrefillEvent, SettingsEvent, StepEvent, Summary
+from specdash.errors import SpecdashError
+from specdash.tui.engine_driver import (
+    EngineDriver,
+    Idle,
+    Loading,
+    PromptQueue,
+    PromptStarted,
+    Ready,
+    ShutdownRequested,
+    WorkItem,
+)
+from specdash.tui.live_stats import LiveStats
+from specdash.tui.themes import load_theme, load_themes, theme_dirs
+from specdash.tui.widgets.charts import _column_cells, nice_ceiling
+from specdash.tui.widgets.system import hbar
+
+
+def step(n: int, t: float, *, k: int = 4, drafted: int = 4, accepted: int = 2, ms: float = 100.0) -> StepEvent:
+    tokens = list(range(accepted + 1))
+    return StepEvent(
+        step=n, k=k, drafter="lookup" if drafted else "none", drafted=drafted, accepted=accepted,
+        tokens=tokens, pieces=["x"] * len(tokens), from_draft=[True] * accepted + [False],
+        draft_ms=ms / 4, verify_ms=ms / 2, other_ms=ms / 4, n_past=10 + n, n_generated=n, t=t,
+    )
+
+
+def settings_event(k: int = 4, paused: bool = False) -> SettingsEvent:
+    return SettingsEvent(target="t", drafter="lookup", k=k, temperature=0.0, top_k=0, top_p=1.0,
+                         adaptive=False, paused=paused, experts=None, expert_count=None)
+
+
+# --- LiveStats -----------------------------------------------------------------------
+
+def test_tokens_per_s_uses_wall_time_between_steps_not_step_cost():
+    st = LiveStats(rate_window_s=10.0)
+    st.feed(PrefillEvent(10, 50.0))
+    st.feed(step(1, t=100.0, ms=100.0))  # first of a stretch: its own cost (0.1 s) stands in
+    st.feed(step(2, t=100.5, ms=100.0))  # 0.5 s of wall time, although the step cost 0.1 s
+    st.feed(step(3, t=101.0, ms=100.0))
+    # 3 tokens per step; 0.1 + 0.5 + 0.5 s
+    assert st.tokens_per_s == pytest.approx(9 / 1.1)
+
+
+def test_prefill_pause_and_settings_gaps_are_not_decode_time():
+    st = LiveStats(rate_window_s=100.0)
+    st.feed(step(1, t=10.0, ms=200.0))
+    st.feed(settings_event(paused=True))
+    st.feed(settings_event(paused=False))
+    st.feed(step(2, t=70.0, ms=200.0))  # a minute later: paused, not slow
+    assert st.tokens_per_s == pytest.approx(6 / 0.4)
+
+
+def test_rate_window_drops_old_steps():
+    st = LiveStats(rate_window_s=1.0)
+    st.feed(step(1, t=0.0, accepted=0, ms=500.0))  # 1 token in 0.5 s
+    for i in range(2, 6):
+        st.feed(step(i, t=(i - 1) * 0.5, accepted=3))  # 4 tokens per 0.5 s
+    assert st.tokens_per_s == pytest.approx(8.0)
+
+
+def test_plain_reference_is_median_of_k0_steps_and_skips_warmup():
+    st = LiveStats()
+    assert st.plain_tokens_per_s is None
+    st.feed(PrefillEvent(10, 50.0))
+    st.feed(step(1, t=0.0, k=0, drafted=0, accepted=0, ms=3000.0))  # first step: warm-up
+    st.feed(step(2, t=2.0, k=0, drafted=0, accepted=0))  # a 2 s outlier
+    for i in range(3, 8):
+        st.feed(step(i, t=2.0 + (i - 2) * 0.05, k=0, drafted=0, accepted=0))
+    st.feed(step(8, t=2.4, k=4, drafted=4, accepted=4))  # speculative: not plain
+    assert st.plain_tokens_per_s == pytest.approx(20.0)
+
+
+def test_series_bins_by_decode_time_and_smooths_over_the_window():
+    st = LiveStats(bin_seconds=0.5, rate_window_s=1.0)
+    st.feed(PrefillEvent(10, 50.0))
+    t = 0.0
+    for i in range(1, 21):  # 0.25 s per step: two steps per bin
+        t += 0.25
+        st.feed(step(i, t=t, accepted=4 if i <= 10 else 0, ms=250.0))
+    bins = st.series(100)
+    assert len(bins) == 10
+    assert all(b.steps == 2 for b in bins)
+    assert [b.acceptance for b in bins] == [1.0] * 5 + [0.0] * 5
+    smoothed = st.smoothed(6)
+    # each value covers two bins (1 s): the one over bins 5 and 6 mixes 1.0 and 0.0
+    assert [a for a, _ in smoothed] == [1.0, 0.5, 0.0, 0.0, 0.0, 0.0]
+    assert smoothed[-1][1] == pytest.approx(4.0)  # 1 token per 0.25 s
+
+
+def test_recent_counters_use_spec_counters_definitions():
+    st = LiveStats(recent_steps=2)
+    st.feed(step(1, t=0.0, drafted=4, accepted=4))
+    st.feed(step(2, t=0.1, drafted=4, accepted=1))
+    st.feed(step(3, t=0.2, drafted=2, accepted=0))
+    recent = st.recent_counters()
+    assert recent.steps == 2
+    assert recent.acceptance_rate == pytest.approx(1 / 6)
+    assert recent.per_pos_rate == [0.5, 0.0, 0.0, 0.0]
+    assert st.total.steps == 3
+
+
+# --- EngineDriver ----------------------------------------------------------------------
+
+class ScriptSession:
+    """Yields `per_run` steps per prompt, each after a command check, like the engine."""
+
+    def __init__(self, settings, progress, *, per_run=5, gate: threading.Event | None = None):
+        progress("loading target", None)
+        self.settings = settings
+        self.sent: list = []
+        self.per_run = per_run
+        self.gate = gate
+        self.closed = False
+        self.stop = threading.Event()
+
+    def send(self, cmd):
+        self.sent.append(cmd)
+        if isinstance(cmd, C.Stop):
+            self.stop.set()
+
+    def run(self, prompt, max_tokens=None):
+        self.stop.clear()
+        yield settings_event()
+        yield PrefillEvent(3, 1.0)
+        for i in range(1, self.per_run + 1):
+            if self.gate is not None:
+                self.gate.wait()
+            if self.stop.is_set():
+                break
+            yield step(i, t=float(i))
+        yield Summary("", "stopped" if self.stop.is_set() else "max_tokens", 3, 0, 0, 0, 0, [], None,
+                      0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
+
+    def close(self):
+        self.closed = True
+
+
+def make_driver(prompts, *, clock=None, **session_kw):
+    pings = []
+    sessions = []
+
+    def factory(settings, progress):
+        sessions.append(ScriptSession(settings, progress, **session_kw))
+        return sessions[-1]
+
+    driver = EngineDriver(factory, EngineSettings(), prompts, lambda: pings.append(1),
+                          flush_interval=1.0, clock=clock or (lambda: 0.0))
+    return driver, pings, sessions
+
+
+def test_driver_runs_prompts_in_order_then_idles_and_closes():
+    prompts = PromptQueue()
+    prompts.push(WorkItem("one", "first prompt"))
+    prompts.push(WorkItem("two", "second prompt"))
+    driver, pings, sessions = make_driver(prompts)
+    thread = threading.Thread(target=driver.run)
+    thread.start()
+    while not any(isinstance(x, Idle) for x in list(driver.inbox)):
+        thread.join(0.01)
+    driver.shutdown()
+    thread.join(10)
+    assert not thread.is_alive()
+    kinds = [type(x).__name__ for x in driver.inbox]
+    assert kinds[:2] == ["Loading", "Ready"]
+    started = [x.title for x in driver.inbox if isinstance(x, PromptStarted)]
+    assert started == ["one", "two"]
+    assert kinds.count("StepEvent") == 10 and kinds.count("Summary") == 2
+    assert sessions[0].closed
+
+
+def test_driver_pings_are_rate_limited_while_steps_stream():
+    prompts = PromptQueue()
+    prompts.push(WorkItem("one", "p"))
+    driver, pings, _ = make_driver(prompts, per_run=50)
+    # The clock never advances: steps alone never trigger a ping; rare events do.
+    thread = threading.Thread(target=driver.run)
+    thread.start()
+    while not any(isinstance(x, Idle) for x in list(driver.inbox)):
+        thread.join(0.01)
+    driver.shutdown()
+    thread.join(10)
+    steps = sum(isinstance(x, StepEvent) for x in driver.inbox)
+    assert steps == 50
+    # Loading, Ready, PromptStarted, Settings, Prefill, Summary, end of run, Idle, exit
+    assert len(pings) < 12
+
+
+def test_driver_holds_commands_until_the_session_exists():
+    prompts = PromptQueue()
+    driver, _, sessions = make_driver(prompts)
+    driver.send(C.SetK(7))
+    thread = threading.Thread(target=driver.run)
+    thread.start()
+    while not any(isinstance(x, Idle) for x in list(driver.inbox)):
+        thread.join(0.01)
+    assert sessions[0].sent == [C.SetK(7)]
+    driver.send(C.SetK(8))
+    assert sessions[0].sent == [C.SetK(7), C.SetK(8)]
+    driver.shutdown()
+    thread.join(10)
+
+
+def test_new_prompt_abandons_the_running_one():
+    gate = threading.Event()
+    prompts = PromptQueue([WorkItem("w", "workload")])
+    driver, _, sessions = make_driver(prompts, per_run=1000, gate=gate)
+    thread = threading.Thread(target=driver.run)
+    thread.start()
+    while not any(isinstance(x, PromptStarted) for x in list(driver.inbox)):
+        thread.join(0.01)
+    driver.new_prompt(WorkItem("typed", "my prompt"))
+    gate.set()
+    while not any(isinstance(x, Idle) for x in list(driver.inbox)):
+        thread.join(0.01)
+    driver.shutdown()
+    thread.join(10)
+    started = [x.title for x in driver.inbox if isinstance(x, PromptStarted)]
+    assert started == ["w", "typed"]  # the workload stops cycling after a typed prompt
+    # the first run was cut after one step; no Stop was needed for a running engine
+    first_run = []
+    for x in driver.inbox:
+        if isinstance(x, PromptStarted) and x.title == "typed":
+            break
+        first_run.append(x)
+    assert sum(isinstance(x, StepEvent) for x in first_run) == 1
+    assert sessions[0].sent == [C.Stop()]  # only the one shutdown sent
+
+
+def test_shutdown_during_loading_abandons_the_load():
+    prompts = PromptQueue()
+    reached = threading.Event()
+
+    def factory(settings, progress):
+        reached.set()
+        driver.shutdown()
+        progress("downloading", 0.5)  # the next report after quit raises
+        raise AssertionError("not reached")
+
+    driver = EngineDriver(factory, EngineSettings(), prompts, lambda: None)
+    driver.run()  # returns: ShutdownRequested is swallowed by the driver
+    assert reached.is_set()
+    assert not any(isinstance(x, Ready) for x in driver.inbox)
+
+
+def test_progress_reports_are_throttled_but_the_final_one_passes():
+    now = [0.0]
+    driver = EngineDriver(lambda s, p: None, EngineSettings(), PromptQueue(), lambda: None, clock=lambda: now[0])
+    for i in range(100):
+        now[0] = i * 0.01
+        driver._progress("downloading", i / 100)
+    driver._progress("downloading", 1.0)
+    loading = [x for x in driver.inbox if isinstance(x, Loading)]
+    assert 9 <= len(loading) <= 12
+    assert loading[-1].fraction == 1.0
+    with pytest.raises(ShutdownRequested):
+        driver.shutdown()
+        driver._progress("x", None)
+
+
+# --- themes ------------------------------------------------------------------------------
+
+def test_bundled_themes_load():
+    themes = load_themes(theme_dirs()[:1])
+    assert {"specdash-dark", "specdash-light"} <= set(themes)
+    assert themes["specdash-light"].dark is False
+    assert themes["specdash-dark"].variables["draft-token"]
+
+
+@pytest.mark.parametrize(
+    "body, complaint",
+    [
+        ('name = "x"\nprimary = "#123456"\ncolour = "red"\n', "unknown key 'colour'"),
+        ('name = "x"\nprimary = "not-a-colour"\n', "primary = 'not-a-colour': not a colour"),
+        ('primary = "#123456"\n', "'name' must be a non-empty string"),
+        ('name = "x"\n', "'primary'"),
+        ('name = "x"\nprimary = "#123456"\ndark = "yes"\n', "dark = 'yes': must be true or false"),
+        ('name = "x"\nprimary = [\n', "invalid TOML"),
+    ],
+)
+def test_bad_theme_files_name_the_file_and_key(tmp_path, body, complaint):
+    path = tmp_path / "bad.toml"
+    path.write_text(body)
+    with pytest.raises(SpecdashError) as err:
+        load_theme(path)
+    assert str(path) in str(err.value) and complaint in str(err.value)
+
+
+def test_user_theme_overrides_a_bundled_one(tmp_path):
+    (tmp_path / "mine.toml").write_text('name = "specdash-dark"\nprimary = "#FF0000"\n')
+    themes = load_themes([theme_dirs()[0], tmp_path])
+    assert themes["specdash-dark"].primary == "#FF0000"
+
+
+# --- chart geometry ------------------------------------------------------------------------
+
+def test_columns_fill_from_the_bottom_in_eighths():
+    assert _column_cells(1.0, 1.0, 3) == ["█", "█", "█"]
+    assert _column_cells(0.0, 1.0, 3) == [" ", " ", " "]
+    assert _column_cells(None, 1.0, 2) == [" ", " "]
+    assert _column_cells(0.5, 1.0, 2) == [" ", "█"]
+    assert _column_cells(0.25, 1.0, 2) == [" ", "▄"]
+    assert _column_cells(7.0, 5.0, 2) == ["█", "█"]  # clamped to the fixed axis
+
+
+def test_nice_ceiling_and_hbar():
+    assert [nice_ceiling(v) for v in (0.7, 1.0, 3.1, 19.0, 41.0, 260.0)] == [1.0, 1.0, 5.0, 20.0, 50.0, 500.0]
+    assert hbar(0.5, 4) == "██  "
+    assert hbar(1 / 16, 2) == "▏ "
+    assert hbar(2.0, 3) == "███"

@@ -1,0 +1,123 @@
+"""The drawing widgets on their own, at sizes an operator meets: 2 to 192 cores, one or
+several NUMA nodes, long text in a small panel."""
+
+from __future__ import annotations
+
+from textual.app import App, ComposeResult
+
+from specdash.telemetry import read_numa_nodes
+from specdash.tui.themes import VARIABLE_DEFAULTS
+from specdash.tui.widgets.charts import PositionBars, TimeChart
+from specdash.tui.widgets.generation import GenerationView
+from specdash.tui.widgets.system import CpuView, NumaView
+from test_tui_support import TWO_NODE, sync
+
+
+class Host(App):
+    def __init__(self, widget):
+        super().__init__()
+        self.widget = widget
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(VARIABLE_DEFAULTS)
+
+    def compose(self) -> ComposeResult:
+        yield self.widget
+
+
+async def rendered(widget, size, feed) -> list[str]:
+    app = Host(widget)
+    async with app.run_test(size=size) as pilot:
+        feed(widget)
+        await pilot.pause()
+        return [widget.render_line(y).text for y in range(widget.size.height)]
+
+
+@sync
+async def test_two_cores_get_a_bar_each_with_their_load():
+    lines = await rendered(CpuView(), (30, 3), lambda w: w.update_loads([25.0, 100.0]))
+    assert lines[0].startswith("0 ") and lines[0].rstrip().endswith("25%")
+    assert lines[1].startswith("1 ") and "█" * 20 in lines[1] and lines[1].rstrip().endswith("100%")
+
+
+@sync
+async def test_192_cores_fold_into_labelled_columns():
+    loads = [100.0 if i < 96 else 0.0 for i in range(192)]
+    lines = await rendered(CpuView(), (24, 5), lambda w: w.update_loads(loads))
+    assert len(lines) == 5
+    # 24 columns for 192 cores: groups of 8, busy half full height, idle half empty
+    assert lines[0].startswith("█" * 12) and lines[0][12:].strip() == ""
+    assert lines[-1].startswith("0") and lines[-1].rstrip().endswith("184-191")
+
+
+@sync
+async def test_numa_nodes_with_their_counters_when_rows_allow():
+    nodes = read_numa_nodes(TWO_NODE)
+    lines = await rendered(NumaView(), (40, 4), lambda w: w.update_nodes(nodes))
+    assert lines[0].startswith("node0 ") and lines[0].rstrip().endswith("8.9G/11.6G")
+    assert "hit 48.2M miss 0" in lines[1]
+    assert lines[2].startswith("node1 ") and "hit 9.8M miss 1.8M" in lines[3]
+    tight = await rendered(NumaView(), (40, 2), lambda w: w.update_nodes(nodes))
+    assert tight[0].startswith("node0") and tight[1].startswith("node1")  # no room: counters go
+
+
+@sync
+async def test_a_machine_without_numa_sysfs_shows_its_memory(tmp_path):
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "meminfo").write_text("MemTotal: 2097152 kB\nMemFree: 1048576 kB\n")
+    nodes = read_numa_nodes(tmp_path)
+    lines = await rendered(NumaView(), (30, 2), lambda w: w.update_nodes(nodes))
+    assert lines[0].startswith("mem ") and lines[0].rstrip().endswith("1.0G/2.0G")
+
+
+@sync
+async def test_time_chart_keeps_its_fixed_axis_and_draws_the_reference():
+    def feed(chart):
+        chart.set_data([0.5, 1.0, None, 0.0], 1.0, reference=0.5)
+
+    lines = await rendered(TimeChart(lambda v: f"{v:.1f}"), (10, 4), feed)
+    assert [line[:4] for line in lines] == ["1.0│", "   │", "   │", "0.0│"]
+    assert lines[0][4:] == "   █  "  # newest at the right: (padding), 0.5, 1.0, gap, 0.0
+    assert "╌" in lines[1] or "╌" in lines[2]
+
+
+@sync
+async def test_position_bars_label_each_position():
+    lines = await rendered(PositionBars(), (17, 3), lambda w: w.set_rates([1.0, 0.5, 0.0]))
+    assert lines[-1].split() == ["1", "2", "3"]
+    assert lines[0].startswith("██ ") and lines[1].startswith("██ ██")
+
+
+@sync
+async def test_generation_shows_the_newest_lines_and_keeps_provenance_across_redraws():
+    view = GenerationView()
+    app = Host(view)
+    async with app.run_test(size=(20, 3)) as pilot:
+        view.clear()  # drops the "Starting the engine…" note
+        for i in range(40):
+            view.append([f"line {i}", "\n"], [i % 2 == 0, False])
+        await pilot.pause()
+        assert [view.render_line(y).text.rstrip() for y in range(3)] == ["line 38", "line 39", ""]
+        draft = view.get_component_rich_style("generation--draft").color
+
+        def colours(y):
+            return {seg.style.color for seg in view.render_line(y) if seg.text.strip() and seg.style}
+
+        assert draft in colours(0) and draft not in colours(1)  # line 38 came from the draft
+        view.append(["more"], [True])  # the finished paragraphs come from the cache
+        await pilot.pause()
+        assert view.render_line(2).text.rstrip() == "more" and draft in colours(0) and draft in colours(2)
+
+
+def test_generation_trims_old_text_but_keeps_run_positions():
+    view = GenerationView()
+    view.refresh = lambda *a, **k: None  # not mounted
+    for i in range(3000):
+        view.append([f"t{i:04d} "], [i % 3 == 0])
+    assert len(view.text) <= 12_000
+    assert view.text.endswith("t2999 ")
+    # every kept run still covers exactly the tokens of its provenance
+    runs = list(zip(view._run_starts, view._run_ends, view._run_draft, strict=True))
+    for start, end, drafted in runs[1:]:  # the first may begin mid-token after the cut
+        tokens = [int(t[1:]) for t in view.text[start - view._dropped : end - view._dropped].split()]
+        assert tokens and all((n % 3 == 0) == drafted for n in tokens)
