@@ -210,6 +210,13 @@ def format_table(results: list[Result]) -> str:
             f"{r.prompt:<16} {ex}{label:<18} {r.tokens_per_s:7.1f} {r.speedup:7.2f}x {acc:>7} "
             f"{r.mean_accepted_length:8.2f}  {'yes' if r.same_text_as_plain else 'NO'}"
         )
+    if not all(r.same_text_as_plain for r in results):
+        lines.append(
+            "\nsame text NO: the output left plain decoding's text at some token. Under greedy this "
+            "is batch rounding at a near-tie (a batch of K+1 rounds differently from 1 token; "
+            "benchmarks/batch_rounding.py measures it); tests/test_engine_exact.py checks every "
+            "token against the target's own argmax."
+        )
     return "\n".join(lines)
 
 

@@ -3,28 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-
-
-def specdash(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "specdash", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def assert_usage_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = [l for l in proc.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1, proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
+from cli_helpers import assert_usage_error, specdash
 
 
 SMALL = ["--target", "smollm2-135m", "--threads", "2"]

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from cli_helpers import assert_usage_error, specdash
 from moe_fixture import ARCH, make_tiny_moe
 
 from specdash.engine import commands as C
@@ -53,22 +53,6 @@ def greedy_continuation(path: Path, experts: int, transcript: list[int], n: int)
     finally:
         llm.close()
 
-
-def specdash(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specdash", *args], capture_output=True, text=True, timeout=300)
-
-
-def assert_refused(proc: subprocess.CompletedProcess, *needles: str) -> None:
-    # -SIGABRT would mean llama.cpp saw the bad count: validation must come first.
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-
-
-# --- 1. reading the metadata ----------------------------------------------------------
 
 def test_expert_counts_come_from_the_gguf(tiny_moe, smol_path):
     for path, want in ((tiny_moe, (N_USED, N_EXPERT)), (smol_path, None)):
@@ -131,20 +115,20 @@ def test_cli_experts_in_range_run_and_change_the_output(tiny_moe):
 
 
 def test_cli_refuses_zero_and_too_many_without_aborting(tiny_moe):
-    assert_refused(cli_run(tiny_moe, "--experts", "0"), "--experts 0", ">= 1")
+    assert_usage_error(cli_run(tiny_moe, "--experts", "0"), "--experts 0", ">= 1")
     proc = cli_run(tiny_moe, "--experts", str(N_EXPERT + 1))
     assert proc.returncode != -signal.SIGABRT
-    assert_refused(proc, f"experts={N_EXPERT + 1}", f"1..{N_EXPERT}", "moe.gguf")
+    assert_usage_error(proc, f"experts={N_EXPERT + 1}", f"1..{N_EXPERT}", "moe.gguf")
 
 
 def test_cli_refuses_experts_on_a_dense_model(smol_path):
-    assert_refused(cli_run(smol_path, "--experts", "2"), "dense model", "cannot be changed")
+    assert_usage_error(cli_run(smol_path, "--experts", "2"), "dense model", "cannot be changed")
 
 
 def test_config_file_experts_goes_through_the_same_check(tiny_moe, tmp_path):
     cfg = tmp_path / "specdash.toml"
     cfg.write_text(f"[model]\nexperts = {N_EXPERT + 3}\n")
-    assert_refused(cli_run(tiny_moe, "--config", str(cfg)), f"experts={N_EXPERT + 3}", f"1..{N_EXPERT}")
+    assert_usage_error(cli_run(tiny_moe, "--config", str(cfg)), f"experts={N_EXPERT + 3}", f"1..{N_EXPERT}")
     cfg.write_text("[model]\nexperts = 1\n")
     proc = cli_run(tiny_moe, "--config", str(cfg), "--json")
     assert proc.returncode == 0, proc.stderr
@@ -282,9 +266,9 @@ def test_bench_without_experts_keeps_its_table(tiny_moe, tmp_path):
 @pytest.mark.parametrize("counts", ["1,0", f"2,{N_EXPERT + 1}"])
 def test_bench_refuses_a_bad_count_before_benchmarking(tiny_moe, counts):
     proc = specdash(*BENCH, "--target", str(tiny_moe), "--experts", counts)
-    assert_refused(proc, f"1..{N_EXPERT}")
+    assert_usage_error(proc, f"1..{N_EXPERT}")
     assert "tok/s" not in proc.stderr
 
 
 def test_bench_refuses_experts_on_a_dense_model(smol_path):
-    assert_refused(specdash(*BENCH, "--target", str(smol_path), "--experts", "1,2"), "dense model")
+    assert_usage_error(specdash(*BENCH, "--target", str(smol_path), "--experts", "1,2"), "dense model")

@@ -1,0 +1,23 @@
+"""Running the real `specdash` command the way a user or a script does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def specdash(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "specdash", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def assert_usage_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    """Exit 2, no traceback, exactly one line on stderr containing every needle.
+    (A negative code such as -SIGABRT would mean llama.cpp saw bad input first.)"""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
