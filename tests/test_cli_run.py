@@ -55,9 +55,10 @@ def test_truncated_gguf(tmp_path, smol_path):
     assert_usage_error(specdash("run", "--target", str(cut), "--prompt", "x"), "cut.gguf", "truncated")
 
 
-def test_incompatible_draft_names_the_rule(gemma_path, smol_path):
-    proc = specdash("run", *SMALL, "--draft", "gemma3-270m", "--prompt", "x")
-    assert_usage_error(proc, "incompatible", "gemma3-270m")
+def test_incompatible_draft_names_the_rule(gemma_path, target_path):
+    proc = specdash("run", "--target", "qwen2.5-coder-1.5b", "--draft", "gemma3-270m", "--threads", "2",
+                    "--prompt", "x")
+    assert_usage_error(proc, "incompatible", "gemma3-270m", "vocab type")
 
 
 def test_negative_k():
