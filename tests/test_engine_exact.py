@@ -20,10 +20,10 @@ from specdash.prompts import by_name
 
 pytestmark = pytest.mark.slow
 
-# Logits. Measured with benchmarks/batch_rounding.py on the Q4_K_M target: a batch of 5
-# moves the top-two gap by median 0.05, p95 0.20, max 0.29 vs a batch of 1. A wrong
-# acceptance rule shows up at gaps of whole logits.
-TIE_GAP = 0.3
+# Logits. Measured with benchmarks/batch_rounding.py on the Q4_K_M target (5 prompts, 200
+# positions): a batch of 5 moves the top-two gap by median 0.06, p95 0.20, max 0.35 vs a
+# batch of 1. A wrong acceptance rule shows up at gaps of whole logits.
+TIE_GAP = 0.5
 N_TOKENS = 48
 PROMPTS = ["code-generation", "code-edit", "summarization"]
 
