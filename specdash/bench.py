@@ -26,9 +26,13 @@ class Config:
 
     @property
     def label(self) -> str:
-        if self.drafter == "plain":
-            return "plain"
-        return f"{self.drafter} adaptive" if self.adaptive else f"{self.drafter} K={self.k}"
+        return row_label(self.drafter, self.k, self.adaptive)
+
+
+def row_label(drafter: str, k: int | None, adaptive: bool) -> str:
+    if drafter == "plain":
+        return "plain"
+    return f"{drafter} adaptive" if adaptive else f"{drafter} K={k}"
 
 
 @dataclass
@@ -203,7 +207,7 @@ def format_table(results: list[Result]) -> str:
         if prev is not None and (r.prompt, r.experts) != prev:
             lines.append("")
         prev = (r.prompt, r.experts)
-        label = "plain" if r.drafter == "plain" else (f"{r.drafter} adaptive" if r.adaptive else f"{r.drafter} K={r.k}")
+        label = row_label(r.drafter, r.k, r.adaptive)
         acc = "-" if r.acceptance_rate is None else f"{r.acceptance_rate:.0%}"
         ex = f"{r.experts:>7} " if swept else ""
         lines.append(
