@@ -99,6 +99,10 @@ def main() -> None:
     print(f"\nmedian: headless {statistics.median(head):.2f}, dashboard {statistics.median(dash):.2f} tok/s, "
           f"ratio {statistics.median(dash) / statistics.median(head):.3f}; "
           f"dashboard's own CPU median {statistics.median(cpu):.1f}% of one core")
+    # Each round's pair ran back to back: its ratio cancels slow drifts of the machine.
+    paired = sorted(d / h for d, h in zip(dash, head))
+    print(f"per-round ratios {' '.join(f'{r:.3f}' for r in paired)}; median {statistics.median(paired):.3f}, "
+          f"geometric mean {statistics.geometric_mean(paired):.3f}")
 
 
 if __name__ == "__main__":

@@ -102,17 +102,35 @@ def test_rises_to_k_max_on_high_acceptance_with_cheap_drafts():
     assert "K=16" in reason and "α=" in reason and "code" in reason
 
 
-def test_falls_to_zero_when_drafts_cost_and_are_rejected_then_probes_with_backoff():
+def test_falls_to_zero_when_drafts_are_rejected_then_probes_with_backoff():
     ctl = CostModelController(k_min=0, k_max=16, probe_k=4, probe_steps=2, probe_every=16)
-    traj = run(ctl, 400, NONE, DRAFT_MODEL_MS, cpu_verify_ms)
+    traj = run(ctl, 400, NONE, FREE_DRAFT_MS, cpu_verify_ms)
     assert traj[:2] == [0, 4]
-    assert traj[2] == 0  # one measured step of costly rejected drafts is enough
+    assert traj[2] == 0  # one measured step of rejected drafts is enough
     probes = [i for i in range(3, len(traj)) if traj[i] and not traj[i - 1]]
     assert all(traj[i] == 4 and traj[i + 1] == 4 and traj[i + 2] == 0 for i in probes[:-1])
     gaps = np.diff(probes)
     assert len(probes) >= 4 and gaps[0] >= 16 and all(np.diff(gaps) > 0), probes
     assert sum(k == 0 for k in traj) > 0.95 * len(traj)
     assert "plain decoding wins" in ctl.choose("code")[1] or "probe" in ctl.choose("code")[1]
+
+
+def test_stops_probing_when_costs_alone_rule_the_draft_model_out_until_the_machine_changes():
+    """The 0.5B draft on this CPU: even at 95% acceptance no K beats plain decoding, so
+    probes (each making the draft model catch up on every token it missed) stop."""
+    ctl = CostModelController(k_min=0, k_max=16, probe_k=4, probe_steps=2, probe_every=16)
+    traj = run(ctl, 400, NONE, DRAFT_MODEL_MS, cpu_verify_ms)
+    drafting = [i for i, k in enumerate(traj) if k]
+    assert drafting == [1, 17, 18], drafting  # warm-up, one probe of two steps, then never
+    assert "plain wins even at 95% acceptance" in ctl.choose("code")[1]
+    # The target's step cost moves by more than a quarter (less load, a new expert
+    # count...): the verdict is reopened and a probe follows.
+    slower = run(ctl, 60, ALL, DRAFT_MODEL_MS, lambda n: 0.5 * cpu_verify_ms(n))
+    assert any(slower), slower
+    # Cheap drafts on the same verify costs never get that verdict.
+    ctl = CostModelController(k_min=0, k_max=16, probe_every=16)
+    run(ctl, 100, NONE, FREE_DRAFT_MS, cpu_verify_ms)
+    assert "95%" not in ctl.choose("code")[1]
 
 
 def test_recovers_after_a_probe_when_acceptance_comes_back():
@@ -229,3 +247,66 @@ def test_k_range_is_respected_and_validated():
         CostModelController(k_min=5, k_max=3)
     with pytest.raises(SpecdashError, match="starting K=9"):
         ThresholdController(k_init=9, k_max=8)
+
+
+# --- model-free drafts: trim by match length -----------------------------------------------
+def free_step(ctl, evidence: int, available: int, accept, verify_ms=cpu_verify_ms, source="lookup"):
+    """One step with a free draft offered after a match of `evidence` tokens."""
+    n, reason = ctl.trim(source, evidence, available, "code")
+    accepted = accept(n)
+    ctl.observe(n, n, accepted, 0.02, verify_ms(n + 1), 0.2, "code", evidence=evidence, source=source)
+    return n, reason
+
+
+def measured_plain(ctl, verify_ms=cpu_verify_ms):
+    ctl.observe(0, 0, 0, 0.0, verify_ms(1), 0.2, "code")
+
+
+def test_trim_needs_a_plain_step_first_and_then_trusts_long_matches_more():
+    ctl = CostModelController()
+    assert ctl.trim("lookup", 20, 16, "code") == (0, "measuring a plain step")
+    measured_plain(ctl)
+    ctl.observe(4, 4, 4, 0.0, cpu_verify_ms(5), 0.2, "code")
+    weak, why_weak = ctl.trim("lookup", 1, 16, "code")
+    strong, why_strong = ctl.trim("lookup", 20, 16, "code")
+    assert weak == 0 and "too weak to pay" in why_weak and "match 1" in why_weak
+    assert strong >= 2 and f"verify {strong} of 16" in why_strong
+    assert ctl.free_alpha("lookup", 20) > ctl.free_alpha("lookup", 1)
+
+
+def test_trim_learns_per_match_length_bucket_and_source():
+    ctl = CostModelController()
+    measured_plain(ctl)
+    for _ in range(40):  # 4-7 token matches of lookup are always right...
+        free_step(ctl, 5, 8, ALL)
+        free_step(ctl, 16, 8, NONE, source="suffix")  # ...long suffix matches here never
+    assert ctl.free_alpha("lookup", 6) > 0.9  # same bucket as 5
+    assert ctl.free_alpha("suffix", 16) < 0.6  # low enough that it stopped being drafted
+    assert ctl.free_alpha("lookup", 16) == pytest.approx(1 - 1 / 17)  # untouched prior
+    assert ctl.trim("lookup", 5, 8, "code")[0] >= 4
+    assert ctl.trim("suffix", 16, 8, "code")[0] == 0
+    # Unused, a bucket's evidence fades and its prior comes back: the free-source probe.
+    for _ in range(200):
+        measured_plain(ctl)
+    assert ctl.free_alpha("suffix", 16) > 0.8
+
+
+def test_trim_respects_k_range_and_what_is_available():
+    ctl = CostModelController(k_min=2, k_max=6, k_init=2)
+    measured_plain(ctl)
+    assert ctl.trim("lookup", 1, 10, "code")[0] == 2  # k_min holds even for a weak copy
+    assert ctl.trim("lookup", 1, 1, "code")[0] == 1  # ...as far as the draft goes
+    assert ctl.trim("lookup", 32, 10, "code")[0] <= 6
+    assert ThresholdController(k_init=4).trim("lookup", 1, 3, "code")[0] == 3
+
+
+def test_new_prompt_keeps_what_was_learned_reset_forgets_it():
+    ctl = CostModelController()
+    measured_plain(ctl)
+    for _ in range(20):
+        free_step(ctl, 5, 8, ALL)
+    learned = ctl.free_alpha("lookup", 5)
+    ctl.new_prompt()
+    assert ctl.free_alpha("lookup", 5) == learned and ctl.step_cost(1) is not None
+    ctl.reset()
+    assert ctl.free_alpha("lookup", 5) == pytest.approx(0.8)

@@ -331,3 +331,27 @@ def test_propose_cost_at_4k_context(make, capsys):
             " per propose()"
         )
     assert drafted > 0.3 * len(per_call)
+
+
+# --- evidence: how long the match behind a copy is ---------------------------------------
+def test_lookup_evidence_is_the_whole_match_not_just_the_ngram():
+    copied = list(range(100, 120))  # 20 tokens that recur verbatim
+    seq = [1, 2, *copied, 7, 8, 9, 1, 2, *copied[:12]]
+    d = propose(PromptLookupDrafter(1, 4), seq, k=4)
+    assert d.tokens == copied[12:16]
+    assert d.evidence == 14  # "1 2" + 12 copied tokens, though the n-gram was 4 long
+    short = propose(PromptLookupDrafter(1, 4), [5, 6, 7, 9, 6], k=4)
+    assert short.tokens == [7, 9, 6] and short.evidence == 1
+
+
+def test_suffix_evidence_is_its_match_length():
+    seq = [3, 1, 2, 3, 4, 5, 6, 9, 9, 1, 2, 3, 4]
+    d = propose(SuffixDrafter(), seq, k=4)
+    assert d.tokens[:2] == [5, 6] and d.evidence == 4
+
+
+def test_cut_keeps_source_and_evidence():
+    d = Draft([1, 2, 3], np.ones((3, 4)), "draft", 7)
+    c = d.cut(2)
+    assert c.tokens == [1, 2] and c.probs.shape == (2, 4) and (c.source, c.evidence) == ("draft", 7)
+    assert d.cut(5) is d and d.cut(0).tokens == []

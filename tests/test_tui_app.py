@@ -288,3 +288,22 @@ async def test_k_keys_under_adaptive_say_why_they_do_nothing(tmp_path):
         await pilot.pause()
         assert not any(isinstance(c, C.SetK) for c in sessions[0].sent)
         assert any("adaptive K is on" in msg for _, msg in notes)
+
+
+@sync
+async def test_status_line_shows_the_k_in_force_and_keeps_the_numbers_at_80_columns(tmp_path):
+    app, _, _ = recording_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await replayed(pilot)
+        status = lambda: str(app.query_one("#status").render())  # noqa: E731
+        line = status()
+        assert "tok/s" in line and f"acc {app.stats.recent_counters().acceptance_rate:.0%}" in line, line
+        assert len(line) <= 80, line
+        # Adaptive: the K the controller chose for the last step, not the starting K.
+        app.stats.feed(dataclasses.replace(app.stats.settings, adaptive=True, k=4))
+        app.stats.feed(dataclasses.replace(STEPS[-1], k=7, step=STEPS[-1].step + 1, adaptive=True))
+        app._update_panels()
+        await pilot.pause()
+        line = status()
+        assert "K 7 adaptive" in line and "acc " in line and len(line) <= 80, line
+        assert app._panel["kpanel"].border_title.startswith("K 7 (adaptive)")

@@ -29,6 +29,11 @@ class KController(Protocol):
         """(K for the next step, a short reason for the UI)."""
         ...
 
+    def trim(self, source: str, evidence: int, available: int, content: str) -> tuple[int, str]:
+        """How many of the `available` tokens a model-free source offered (copied after a
+        match of `evidence` tokens) to verify; 0 = a plain step."""
+        ...
+
     def observe(
         self,
         k: int,
@@ -38,13 +43,19 @@ class KController(Protocol):
         verify_ms: float,
         other_ms: float,
         content: str,
+        evidence: int = 0,
     ) -> None:
-        """One finished step: K asked, tokens drafted and accepted, its timings, and the
-        content label the step was chosen under."""
+        """One finished step: K asked, tokens drafted and accepted, its timings, the
+        content label the step was chosen under, and the draft's evidence (> 0 for a
+        model-free source's copy, see trim)."""
+        ...
+
+    def new_prompt(self) -> None:
+        """A new prompt, same drafter."""
         ...
 
     def reset(self) -> None:
-        """A new prompt or a new drafter."""
+        """A new drafter."""
         ...
 
 
@@ -100,8 +111,13 @@ class ThresholdController:
         self._outcomes.clear()
         self._reason = f"start at K={self.k}"
 
+    new_prompt = reset  # the baseline rule starts every prompt afresh
+
     def choose(self, content: str) -> tuple[int, str]:
         return self.k, self._reason
+
+    def trim(self, source: str, evidence: int, available: int, content: str) -> tuple[int, str]:
+        return min(self.k, available), self._reason
 
     def observe(
         self,
@@ -112,6 +128,7 @@ class ThresholdController:
         verify_ms: float,
         other_ms: float,
         content: str,
+        evidence: int = 0,
     ) -> None:
         if drafted <= 0:
             return
@@ -174,9 +191,25 @@ class CostModelController:
     steps so a change in the text is noticed. A new K must beat the current one by
     `hysteresis` (relative) to replace it, so measurement noise does not flip K.
 
-    reset() (new prompt or new drafter) forgets acceptance, draft cost and the probing
-    state, and keeps the target's measured step costs, which neither changes;
-    reset(target_changed=True) forgets those too (e.g. a new expert count).
+    Costs alone can rule a draft model out: when even 95% acceptance (or the best
+    measured, if higher) would not beat plain decoding at any K (with the cheapest draft cost measured, after at least
+    `verdict_drafts` drafting steps), probing stops: a probe after a long stretch at K=0
+    makes the draft model catch up on every token it missed, and no text can change
+    the verdict. Only a change of the target's step cost (another load on the machine,
+    a new expert count) reopens the question.
+
+    Model-free drafts (lookup, suffix) cost nothing to propose, so the engine asks for
+    the longest one and trim() decides how much of it to verify: acceptance is kept per
+    source and per match-length bucket (a copy after a 20-token match is far more likely
+    right than after a 1-token one), with a prior that grows with the match length, and
+    the length chosen maximises E(n) / s(n + 1), n = 0 included. Bucket counts decay
+    every step, so a bucket that stopped being drafted drifts back to its prior and is
+    tried again: the model-free counterpart of probing.
+
+    new_prompt() keeps everything learned (acceptance is per kind of text, costs are the
+    machine's) and restarts probing; reset() (a new drafter) forgets acceptance and draft
+    cost and keeps the target's step costs; reset(target_changed=True) forgets those
+    too (e.g. a new expert count).
     """
 
     def __init__(
@@ -194,6 +227,7 @@ class CostModelController:
         probe_every: int = 16,
         probe_max: int = 256,
         hysteresis: float = 0.03,
+        verdict_drafts: int = 3,
     ):
         if k_init is None:
             k_init = min(max(4, k_min), k_max)
@@ -211,15 +245,23 @@ class CostModelController:
         self.probe_every = probe_every
         self.probe_max = probe_max
         self.hysteresis = hysteresis
+        self.verdict_drafts = verdict_drafts
         self._step_cost: dict[int, _Ema] = {}
         self.reset()
 
     def reset(self, target_changed: bool = False) -> None:
         if target_changed:
             self._step_cost.clear()
-        self._draft_ms = _Ema()  # per drafted token
+        self._draft_ms = _Ema()  # per drafted token, model drafts only
+        self._draft_ms_min = float("inf")
         self._acc: dict[str, list[float]] = {}  # label -> [accepted, trials], decayed
         self._acc_all = [0.0, 0.0]
+        self._free_acc: dict[tuple[str, int], list[float]] = {}  # (source, bucket) -> same
+        self._hopeless_at: float | None = None  # s(1) when costs ruled the draft model out
+        self._verdict_after = self.verdict_drafts  # drafting steps needed before a verdict
+        self.new_prompt()
+
+    def new_prompt(self) -> None:
         self._k = self.k_init
         self._zero_steps = 0
         self._probe_left = 0
@@ -285,6 +327,9 @@ class CostModelController:
             return 0, "measuring a plain step"
         if self._draft_ms.count == 0:
             return self._hold(self.k_init), f"warm-up at K={self.k_init}: nothing drafted yet"
+        if self._cannot_pay():
+            self._k = 0
+            return 0, "drafts cost too much here: plain wins even at 95% acceptance"
         if self._probe_left > 0:
             self._probe_left -= 1
             return self.probe_k, f"probe K={self.probe_k}: is drafting worth it again?"
@@ -314,6 +359,59 @@ class CostModelController:
         self._k = k
         return k
 
+    def _cannot_pay(self) -> bool:
+        """Whether the measured costs rule drafting out whatever the acceptance."""
+        s1 = self.step_cost(1)
+        if self._hopeless_at is not None:
+            if s1 is not None and abs(s1 / self._hopeless_at - 1.0) < 0.25:
+                return True
+            # The machine changed: judge again on fresh drafting steps (the costs of
+            # bigger batches were measured before the change).
+            self._hopeless_at = None
+            self._probe_interval = self.probe_every
+            self._verdict_after = self._draft_ms.count + self.verdict_drafts
+        if s1 is None or self._draft_ms.count < self._verdict_after or self.k_min > 0:
+            return False
+        # The best acceptance seen for any kind of text, and no less than 0.95: better
+        # than draft models manage on real text, so "cannot pay" means cannot.
+        a = max([0.95] + [self.alpha(label) for label in self._acc])
+        d = self._draft_ms_min
+        best = max(expected_tokens(a, k) / (d * k + self.step_cost(k + 1)) for k in range(1, self.k_max + 1))
+        if best * s1 < 1.0:
+            self._hopeless_at = s1
+            return True
+        return False
+
+    # --- model-free drafts ---------------------------------------------------------------
+    @staticmethod
+    def bucket(evidence: int) -> int:
+        """Match lengths 1, 2, 3, then 4-7, 8-15, 16-31, 32+ (labelled by their lower end)."""
+        if evidence < 4:
+            return max(evidence, 1)
+        return min(1 << (evidence.bit_length() - 1), 32)
+
+    def free_alpha(self, source: str, evidence: int) -> float:
+        b = self.bucket(evidence)
+        prior = 1.0 - 1.0 / (b + 1.0)  # 1 -> 0.5, 4 -> 0.8, 16 -> 0.94: longer copies hold
+        s, n = self._free_acc.get((source, b), (0.0, 0.0))
+        return (s + self.prior_weight * prior) / (n + self.prior_weight)
+
+    def trim(self, source: str, evidence: int, available: int, content: str) -> tuple[int, str]:
+        s1 = self.step_cost(1)
+        if s1 is None or available <= 0:
+            return 0, "measuring a plain step" if s1 is None else "nothing to copy"
+        a = self.free_alpha(source, evidence)
+        lo = min(self.k_min, available)
+        hi = min(self.k_max, available)
+        rate = {n: expected_tokens(a, n) / self.step_cost(n + 1) for n in range(lo, hi + 1)}
+        best = max(rate, key=rate.__getitem__)
+        if best > 0 and lo == 0 and rate[best] < rate[0] * (1.0 + self.hysteresis):
+            best = 0
+        where = f"{source} match {evidence}: α={a:.2f}"
+        if best == 0:
+            return 0, f"{where}, too weak to pay (K=0)"
+        return best, f"{where}: verify {best} of {available}, ~{rate[best] * s1:.2f}x plain"
+
     def observe(
         self,
         k: int,
@@ -323,7 +421,19 @@ class CostModelController:
         verify_ms: float,
         other_ms: float,
         content: str,
+        evidence: int = 0,
+        source: str = "",
     ) -> None:
+        self._step_cost.setdefault(drafted + 1, _Ema()).add(verify_ms + other_ms, self.beta)
+        for stats in self._free_acc.values():
+            stats[0] *= self.decay
+            stats[1] *= self.decay
+        if evidence > 0:  # a model-free copy: its bucket learns, the draft model's stats don't
+            if drafted > 0:
+                stats = self._free_acc.setdefault((source, self.bucket(evidence)), [0.0, 0.0])
+                stats[0] += accepted
+                stats[1] += accepted + (1 if accepted < drafted else 0)
+            return
         # Evidence ages with the steps of its own label: code seen before a stretch of
         # prose still describes code when it comes back.
         label_stats = self._acc.setdefault(content, [0.0, 0.0])
@@ -337,4 +447,4 @@ class CostModelController:
                 stats[1] += accepted + (1 if accepted < drafted else 0)
         if drafted > 0:
             self._draft_ms.add(draft_ms / drafted, self.beta)
-        self._step_cost.setdefault(drafted + 1, _Ema()).add(verify_ms + other_ms, self.beta)
+            self._draft_ms_min = min(self._draft_ms_min, draft_ms / drafted)

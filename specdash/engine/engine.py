@@ -16,7 +16,8 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from specdash.engine import commands as C
-from specdash.engine.drafters.base import Draft, Drafter
+from specdash.engine.adaptive_draft import propose_adaptive
+from specdash.engine.drafters.base import Drafter
 from specdash.engine.experts import expert_info, expert_key
 from specdash.engine.llm import LLM
 from specdash.engine.settings import EngineSettings
@@ -184,7 +185,7 @@ class Engine:
         target.clear()
         self.drafter.reset()
         if self.controller:
-            self.controller.reset()
+            self.controller.new_prompt()
         if self.detector is not None:  # the prompt's own class is the prior for the first tokens
             self.detector.reset(target.detokenize(prompt))
         yield self.settings_event()
@@ -223,20 +224,22 @@ class Engine:
             decision = ""
             if self.detector is not None:
                 content = self.detector.label
-            if calibrate > 0:
-                k, decision = 0, "calibrating plain decoding"
-                calibrate -= 1
-            elif s.adaptive and self.controller is not None:
-                k, decision = self.controller.choose(content)
-            else:
-                k = s.k
             # Never draft past the context or the token budget: those tokens could not be kept.
-            k = max(0, min(k, target.n_ctx - n_past - 2, max_tokens - generated - 1, target.n_batch - 1))
-
-            # Called even at K=0: history-keeping drafters (suffix) must see every step.
-            draft = self.drafter.propose(tokens, k, s.sampling, self.rng)
-            if len(draft.tokens) > k:  # a drafter may not overrun K
-                draft = Draft(draft.tokens[:k], None if draft.probs is None else draft.probs[:k], draft.source)
+            room = max(0, min(target.n_ctx - n_past - 2, max_tokens - generated - 1, target.n_batch - 1))
+            adaptive = calibrate <= 0 and s.adaptive and self.controller is not None
+            if adaptive:
+                draft, k, decision = propose_adaptive(
+                    self.drafter, tokens, self.controller, content, min(room, s.k_max), s.sampling, self.rng
+                )
+            else:
+                if calibrate > 0:
+                    k, decision = 0, "calibrating plain decoding"
+                    calibrate -= 1
+                else:
+                    k = s.k
+                # Called even at K=0: history-keeping drafters (suffix) must see every step.
+                draft = self.drafter.propose(tokens, min(k, room), s.sampling, self.rng)
+            draft = draft.cut(min(k, room))  # a drafter may not overrun K
             t_draft = time.perf_counter()
 
             logits = target.decode([tokens[-1], *draft.tokens], n_past, logits="all")
@@ -294,7 +297,8 @@ class Engine:
             counters.add(ev)
             if self.controller is not None:
                 self.controller.observe(
-                    k, ev.drafted, n_acc, ev.draft_ms, ev.verify_ms, ev.other_ms, content
+                    k, ev.drafted, n_acc, ev.draft_ms, ev.verify_ms, ev.other_ms, content,
+                    evidence=draft.evidence, source=draft.source,
                 )
             yield ev
             if stop_reason == "eos":

@@ -421,7 +421,9 @@ class SpecdashApp(App[int]):
             k_note = "adaptive"
         else:
             k_note = f"last step: {escape(step.drafter)}" if step else ""
-        self._title("kpanel", f"K {settings.k} · {escape(settings.drafter)}" if settings else "K", k_note)
+        k_now = step.k if settings is not None and settings.adaptive and step is not None else None
+        k_label = f"K {k_now} (adaptive)" if k_now is not None else f"K {settings.k}" if settings else "K"
+        self._title("kpanel", f"{k_label} · {escape(settings.drafter)}" if settings else "K", k_note)
         self._update_status(tps, acc)
 
     def _update_charts(self, recent: SpecCounters) -> None:
@@ -450,17 +452,31 @@ class SpecdashApp(App[int]):
         label, style = self.STATE_LABELS[self.engine_state]
         step = self.stats.last_step
         target, draft = (st.target, st.drafter) if st else (self._settings.target, self._settings.draft)
-        # Model names give way first when the line is wider than the terminal.
-        for target_w, draft_w in ((24, 20), (18, 14), (12, 10)):
+        # Adaptive K changes every step: show the K the last step ran with, not the
+        # configured starting value.
+        k_now = step.k if st is not None and st.adaptive and step is not None else (st.k if st else None)
+        # Optional parts in the order they give way when the terminal is narrow; the
+        # numbers an operator watches (tok/s, acceptance, K) never do.
+        optional = {
+            "content": step.content if step is not None and step.content else None,
+            "temp": f"T {st.temperature:g}" if st is not None else None,
+            "experts": f"experts {st.experts or st.expert_count}/{st.expert_count}"
+            if st is not None and st.expert_count else None,
+        }
+        give_way = [k for k in optional if optional[k]]
+        # Tries, widest first: shorter model names, then fewer optional parts.
+        tries = [((24, 20), 0), ((18, 14), 0), ((12, 10), 0)]
+        tries += [((12, 10), n) for n in range(1, len(give_way) + 1)] + [((8, 6), len(give_way))]
+        for (target_w, draft_w), n_dropped in tries:
+            shown = {k: optional[k] for k in give_way[n_dropped:]}
             parts = [label, f"{_short(target, target_w)} ← {_short(draft, draft_w)}"]
-            if st is not None:
-                parts += [f"K {st.k} {'adaptive' if st.adaptive else 'fixed'}", f"T {st.temperature:g}"]
-                if st.expert_count:
-                    parts.append(f"experts {st.experts or st.expert_count}/{st.expert_count}")
+            if k_now is not None:
+                parts.append(f"K {k_now} {'adaptive' if st.adaptive else 'fixed'}")
+            parts += [shown[k] for k in ("temp", "experts") if k in shown]
             parts.append(f"{tps:.1f} tok/s" if tps is not None else "– tok/s")
             parts.append(f"acc {acc:.0%}" if acc is not None else "acc –")
-            if step is not None and step.content:
-                parts.append(step.content)
+            if "content" in shown:
+                parts.append(shown["content"])
             if len(" │ ".join(parts)) + 2 <= self.size.width:
                 break
         parts[0] = f"[{style}]{label}[/]"

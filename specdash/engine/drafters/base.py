@@ -18,14 +18,28 @@ class Draft:
     # one-hot on the drafted token, which keeps rejection sampling exact.
     probs: np.ndarray | None
     source: str  # which source produced it ("draft", "lookup", "suffix", ...)
+    # How many tokens of context matched where a model-free source copied from (its
+    # evidence: a 20-token match predicts a copy better than a 1-token one). 0 for a
+    # draft model, whose evidence is its own probabilities.
+    evidence: int = 0
 
     @staticmethod
     def empty(source: str = "none") -> "Draft":
         return Draft([], None, source)
 
+    def cut(self, n: int) -> "Draft":
+        """The first n tokens (a controller verifies only what it expects to pay)."""
+        if n >= len(self.tokens):
+            return self
+        probs = None if self.probs is None else self.probs[:n]
+        return Draft(self.tokens[:n], probs, self.source, self.evidence)
+
 
 class Drafter(Protocol):
     name: str
+    # True when proposing costs next to nothing (lookup, suffix): the adaptive engine then
+    # asks for the longest draft and lets the controller cut it, instead of choosing K first.
+    free: bool
 
     def propose(
         self, tokens: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator
@@ -54,6 +68,7 @@ class NoDrafter:
     """K=0 everywhere: plain decoding through the same loop."""
 
     name = "none"
+    free = True
 
     def propose(self, tokens, k, sampling, rng) -> Draft:
         return Draft.empty()
@@ -76,6 +91,7 @@ class Borrowed:
         self.inner = inner
         self.name = inner.name
         self.label = getattr(inner, "label", inner.name)
+        self.free = getattr(inner, "free", False)
 
     def propose(self, tokens, k, sampling, rng) -> Draft:
         return self.inner.propose(tokens, k, sampling, rng)

@@ -21,6 +21,9 @@ class ChainDrafter:
     suffix drafter remembers whole answers even when lookup drafted all of them."""
 
     name = "chain"
+    # Not free as a whole (it may hold a draft model); adaptive mode judges each source
+    # on its own (engine/adaptive_draft.py) through `sources`.
+    free = False
 
     def __init__(self, sources: Sequence[Drafter]):
         if not sources:

@@ -14,6 +14,7 @@ from specdash.engine.verify import process_logits, sample
 
 class DraftModelDrafter:
     name = "draft"
+    free = False
 
     def __init__(self, llm: LLM, p_min: float = 0.0, label: str | None = None):
         self.llm = llm

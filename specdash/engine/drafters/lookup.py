@@ -64,6 +64,7 @@ class PromptLookupDrafter:
     """
 
     name = "lookup"
+    free = True
 
     def __init__(self, min_ngram: int = 1, max_ngram: int = 4):
         if not 1 <= min_ngram <= max_ngram:
@@ -100,7 +101,7 @@ class PromptLookupDrafter:
         for n in range(min(self.max_ngram, end - 1), self.min_ngram - 1, -1):
             start = self._last_start.get(tuple(toks[end - n :]))
             if start is not None:
-                return Draft(toks[start + n : start + n + k], None, self.name)
+                return Draft(toks[start + n : start + n + k], None, self.name, _match_length(toks, start + n, end, n))
         return Draft.empty()
 
     def prefill(self, tokens: Sequence[int]) -> None:
@@ -113,3 +114,17 @@ class PromptLookupDrafter:
 
     def close(self) -> None:
         self.reset()
+
+
+# How far back a lookup match is measured: past this, a longer match says little more.
+_EVIDENCE_CAP = 32
+
+
+def _match_length(toks: list[int], a: int, b: int, known: int) -> int:
+    """How many tokens before position a equal those before position b (a < b), given
+    that the last `known` do: the n-gram matched, extended backwards up to _EVIDENCE_CAP.
+    O(_EVIDENCE_CAP) per proposal."""
+    n = known
+    while n < _EVIDENCE_CAP and n < a and toks[a - n - 1] == toks[b - n - 1]:
+        n += 1
+    return n

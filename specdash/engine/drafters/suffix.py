@@ -82,6 +82,7 @@ class SuffixDrafter:
     """
 
     name = "suffix"
+    free = True
 
     def __init__(
         self,
@@ -211,7 +212,7 @@ class SuffixDrafter:
                 break
             draft.append(tok)
             occurrences = [(t, p + 1) for t, p in occurrences if p < len(t) and t[p] == tok]
-        return Draft(draft, None, self.name) if draft else Draft.empty()
+        return Draft(draft, None, self.name, best) if draft else Draft.empty()
 
     def prefill(self, tokens: Sequence[int]) -> None:
         self.propose(tokens, 0, SamplingParams(), None)  # k = 0: index, don't draft

@@ -1,0 +1,50 @@
+"""One adaptive step's draft: which source drafts, and how much of it is verified.
+
+A draft model costs real time per token, so its K is chosen before it drafts
+(controller.choose). A model-free source (lookup, suffix) costs nothing to ask, so it
+is asked for the longest draft it has and the controller cuts it to what is worth
+verifying (controller.trim), from how long the match behind the copy was. In a chain
+each source is judged this way on its own: a weak copy no longer blocks the draft
+model, and a costly draft model no longer drags down the free sources' K.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from specdash.engine.controller import KController
+from specdash.engine.drafters.base import Draft, Drafter
+from specdash.engine.settings import SamplingParams
+
+
+def sources_of(drafter: Drafter) -> list[Drafter]:
+    inner = getattr(drafter, "inner", drafter)  # a Borrowed chain is still a chain
+    return list(getattr(inner, "sources", None) or [drafter])
+
+
+def propose_adaptive(
+    drafter: Drafter,
+    tokens: Sequence[int],
+    controller: KController,
+    content: str,
+    k_cap: int,
+    sampling: SamplingParams,
+    rng: np.random.Generator,
+) -> tuple[Draft, int, str]:
+    """(draft, K it was cut or chosen to, the controller's reason). Every source sees
+    every step: those not asked to draft get k = 0 ("look, do not draft")."""
+    draft, k, why = Draft.empty(), 0, "nothing to copy"
+    for source in sources_of(drafter):
+        if draft.tokens or k_cap <= 0:
+            source.propose(tokens, 0, sampling, rng)
+        elif getattr(source, "free", False):
+            offer = source.propose(tokens, k_cap, sampling, rng)
+            if offer.tokens:
+                k, why = controller.trim(offer.source, offer.evidence, len(offer.tokens), content)
+                draft = offer.cut(k)
+        else:
+            k, why = controller.choose(content)
+            draft = source.propose(tokens, min(k, k_cap), sampling, rng)
+    return draft, k, why

@@ -1,0 +1,77 @@
+"""How an adaptive step asks its sources: free ones offer and get cut, a draft model is
+asked for K first; in a chain each source is judged on its own."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specdash.engine.adaptive_draft import propose_adaptive, sources_of
+from specdash.engine.drafters.base import Borrowed, Draft
+from specdash.engine.drafters.chain import ChainDrafter
+from specdash.engine.drafters.lookup import PromptLookupDrafter
+from specdash.engine.settings import SamplingParams
+
+SP = SamplingParams()
+RNG = np.random.default_rng(0)
+
+
+class CostlySource:
+    """Stands in for a draft model: records the K it is asked for."""
+
+    name = "draft"
+    free = False
+
+    def __init__(self):
+        self.asked: list[int] = []
+
+    def propose(self, tokens, k, sampling, rng):
+        self.asked.append(k)
+        return Draft([7] * k, None, self.name) if k else Draft.empty(self.name)
+
+    def prefill(self, tokens): ...
+    def reset(self): ...
+    def close(self): ...
+
+
+class ScriptedController:
+    def __init__(self, trim_to: int, k: int):
+        self.trim_to, self.k = trim_to, k
+        self.trims: list[tuple[str, int, int]] = []
+
+    def trim(self, source, evidence, available, content):
+        self.trims.append((source, evidence, available))
+        return min(self.trim_to, available), f"trim {source}"
+
+    def choose(self, content):
+        return self.k, "choose"
+
+
+COPY = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]  # "1 2 3" recurs: lookup offers 4 5 6 ...
+
+
+def test_a_free_copy_is_offered_whole_then_cut_and_the_draft_model_only_looks():
+    costly = CostlySource()
+    chain = ChainDrafter([PromptLookupDrafter(1, 4), costly])
+    ctl = ScriptedController(trim_to=2, k=4)
+    draft, k, why = propose_adaptive(chain, COPY, ctl, "code", 8, SP, RNG)
+    assert draft.tokens == [4, 5] and k == 2 and why == "trim lookup"
+    assert ctl.trims == [("lookup", 3, 8)]  # offered up to k_cap, evidence = 3-token match
+    assert costly.asked == [0]  # told to look, not to draft
+
+
+def test_a_copy_cut_to_nothing_does_not_block_the_draft_model():
+    costly = CostlySource()
+    chain = Borrowed(ChainDrafter([PromptLookupDrafter(1, 4), costly]))
+    draft, k, why = propose_adaptive(chain, COPY, ScriptedController(trim_to=0, k=3), "code", 8, SP, RNG)
+    assert draft.tokens == [7, 7, 7] and draft.source == "draft" and (k, why) == (3, "choose")
+    assert costly.asked == [3]
+
+
+def test_k_cap_bounds_every_source_and_zero_cap_only_looks():
+    costly = CostlySource()
+    draft, k, _ = propose_adaptive(costly, COPY, ScriptedController(trim_to=0, k=9), "", 5, SP, RNG)
+    assert costly.asked == [5] and len(draft.tokens) == 5
+    lookup = PromptLookupDrafter(1, 4)
+    draft, k, _ = propose_adaptive(lookup, COPY, ScriptedController(trim_to=9, k=9), "", 0, SP, RNG)
+    assert draft.tokens == [] and k == 0
+    assert [type(s) for s in sources_of(Borrowed(lookup))] == [Borrowed]
