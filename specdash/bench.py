@@ -153,6 +153,10 @@ def _round(session: Session, r: int, prompts: list[Prompt], tokens: dict[str, li
             engine.drafter = plain if cfg.drafter == "plain" else drafters[cfg.drafter]()
             settings.k = cfg.k
             settings.adaptive = cfg.adaptive
+            if engine.controller is not None:
+                # Every run starts cold, as a user's first prompt would: what adaptive
+                # learned on another drafter, or on this very prompt, is not carried over.
+                engine.controller.reset()
             summary = _consume(engine.generate(tokens[p.name], max_tokens))
             runs.setdefault((p.name, cfg), []).append(summary)
             report(p.name, cfg, summary)

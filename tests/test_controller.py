@@ -115,21 +115,41 @@ def test_falls_to_zero_when_drafts_are_rejected_then_probes_with_backoff():
     assert "plain decoding wins" in ctl.choose("code")[1] or "probe" in ctl.choose("code")[1]
 
 
+# What the engine's up-front measurement gave for the 1.5B target on this machine
+# (benchmarks/copy_ceiling.py prints the same curve): a batch of n tokens costs this many
+# single-token steps.
+MEASURED_RATIO = {1: 1.0, 2: 1.70, 3: 2.26, 5: 3.68, 9: 7.48, 17: 8.92}
+
+
+def measured_verify_ms(n: int) -> float:
+    sizes = sorted(MEASURED_RATIO)
+    hi = min((m for m in sizes if m >= n), default=sizes[-1])
+    lo = max(m for m in sizes if m <= min(n, hi))
+    r = MEASURED_RATIO[lo] if hi == lo else MEASURED_RATIO[lo] + (MEASURED_RATIO[hi] - MEASURED_RATIO[lo]) * (n - lo) / (hi - lo)
+    return SINGLE_MS * r
+
+
 def test_stops_probing_when_costs_alone_rule_the_draft_model_out_until_the_machine_changes():
     """The 0.5B draft on this CPU: even at 95% acceptance no K beats plain decoding, so
-    probes (each making the draft model catch up on every token it missed) stop."""
+    probes (each making the draft model catch up on every token it missed) stop after
+    the first drafting step."""
     ctl = CostModelController(k_min=0, k_max=16, probe_k=4, probe_steps=2, probe_every=16)
-    traj = run(ctl, 400, NONE, DRAFT_MODEL_MS, cpu_verify_ms)
-    drafting = [i for i, k in enumerate(traj) if k]
-    assert drafting == [1, 17, 18], drafting  # warm-up, one probe of two steps, then never
+    ctl.seed_costs({n: measured_verify_ms(n) for n in MEASURED_RATIO})
+    traj = run(ctl, 400, NONE, DRAFT_MODEL_MS, measured_verify_ms)
+    assert [i for i, k in enumerate(traj) if k] == [0], traj[:20]  # the warm-up step, then never
     assert "plain wins even at 95% acceptance" in ctl.choose("code")[1]
     # The target's step cost moves by more than a quarter (less load, a new expert
     # count...): the verdict is reopened and a probe follows.
-    slower = run(ctl, 60, ALL, DRAFT_MODEL_MS, lambda n: 0.5 * cpu_verify_ms(n))
-    assert any(slower), slower
+    faster = run(ctl, 60, ALL, DRAFT_MODEL_MS, lambda n: 0.5 * measured_verify_ms(n))
+    assert any(faster), faster
     # Cheap drafts on the same verify costs never get that verdict.
     ctl = CostModelController(k_min=0, k_max=16, probe_every=16)
-    run(ctl, 100, NONE, FREE_DRAFT_MS, cpu_verify_ms)
+    ctl.seed_costs({n: measured_verify_ms(n) for n in MEASURED_RATIO})
+    run(ctl, 100, NONE, FREE_DRAFT_MS, measured_verify_ms)
+    assert "95%" not in ctl.choose("code")[1]
+    # Nor do draft-model costs on a machine where batches are nearly free (a GPU).
+    ctl = CostModelController(k_min=0, k_max=16)
+    run(ctl, 100, NONE, DRAFT_MODEL_MS / 10, flat_verify_ms)
     assert "95%" not in ctl.choose("code")[1]
 
 
@@ -282,7 +302,7 @@ def test_trim_learns_per_match_length_bucket_and_source():
         free_step(ctl, 16, 8, NONE, source="suffix")  # ...long suffix matches here never
     assert ctl.free_alpha("lookup", 6) > 0.9  # same bucket as 5
     assert ctl.free_alpha("suffix", 16) < 0.6  # low enough that it stopped being drafted
-    assert ctl.free_alpha("lookup", 16) == pytest.approx(1 - 1 / 17)  # untouched prior
+    assert ctl.free_alpha("lookup", 16) == pytest.approx(1 - 2 / 18)  # untouched prior
     assert ctl.trim("lookup", 5, 8, "code")[0] >= 4
     assert ctl.trim("suffix", 16, 8, "code")[0] == 0
     # Unused, a bucket's evidence fades and its prior comes back: the free-source probe.
@@ -309,4 +329,4 @@ def test_new_prompt_keeps_what_was_learned_reset_forgets_it():
     ctl.new_prompt()
     assert ctl.free_alpha("lookup", 5) == learned and ctl.step_cost(1) is not None
     ctl.reset()
-    assert ctl.free_alpha("lookup", 5) == pytest.approx(0.8)
+    assert ctl.free_alpha("lookup", 5) == pytest.approx(1 - 2 / 6)  # the prior of bucket 4

@@ -100,3 +100,44 @@ def test_incompatible_draft_swap_is_refused_and_generation_goes_on(session, gemm
     assert session.settings.draft == "lookup"
     assert {s.drafter for s in run["steps"]} <= {"lookup", "none"}
     assert run["summary"].n_generated >= 3
+
+
+def test_adaptive_measures_the_batch_cost_curve_once_per_session(smol_path):
+    s = Session(EngineSettings(target="smollm2-135m", draft="lookup", k=3, threads=1, ctx=1024, adaptive=True))
+    try:
+        first = collect(s.run(PROMPT, max_tokens=8))
+        measured = [n for n in first["notices"] if "measured target batch costs" in n.message]
+        assert len(measured) == 1 and "17: " in measured[0].message, first["notices"]
+        ctl = s.engine.controller
+        assert not ctl.needs_costs()
+        assert ctl.step_cost(17) > ctl.step_cost(1) > 0
+        # The first step already decides with real costs: no "measuring a plain step".
+        assert "measuring" not in first["steps"][0].decision
+        second = collect(s.run(PROMPT, max_tokens=4))
+        assert not [n for n in second["notices"] if "measured" in n.message]
+        # A new target (expert count, another model) makes the old curve void.
+        ctl.reset(target_changed=True)
+        assert ctl.needs_costs()
+    finally:
+        s.close()
+
+
+def test_draft_model_reports_catch_up_apart_from_drafting(smol_path):
+    from specdash.engine.drafters.draft_model import DraftModelDrafter
+    from specdash.engine.llm import LLM
+    from specdash.engine.settings import SamplingParams
+
+    import numpy as np
+
+    llm = LLM(smol_path, n_ctx=512, n_threads=1)
+    d = DraftModelDrafter(llm)
+    rng = np.random.default_rng(0)
+    try:
+        toks = llm.tokenize("one two three four five six seven eight nine ten " * 3)
+        d.prefill(toks[:20])
+        step = d.propose(toks[:21], 2, SamplingParams(), rng)  # two new tokens: the normal rhythm
+        assert step.prep_ms == 0.0 and len(step.tokens) == 2
+        later = d.propose(toks[:60], 2, SamplingParams(), rng)  # sat out ~40 tokens
+        assert later.prep_ms > 0.0 and later.cut(1).prep_ms == later.prep_ms
+    finally:
+        d.close()

@@ -54,6 +54,14 @@ class KController(Protocol):
         """A new prompt, same drafter."""
         ...
 
+    def needs_costs(self) -> bool:
+        """Whether target step costs measured up front (seed_costs) would be used."""
+        ...
+
+    def seed_costs(self, ms: dict[int, float]) -> None:
+        """ms per target batch of n tokens, measured by the engine."""
+        ...
+
     def reset(self) -> None:
         """A new drafter."""
         ...
@@ -112,6 +120,12 @@ class ThresholdController:
         self._reason = f"start at K={self.k}"
 
     new_prompt = reset  # the baseline rule starts every prompt afresh
+
+    def needs_costs(self) -> bool:
+        return False  # the baseline rule looks at acceptance only
+
+    def seed_costs(self, ms: dict[int, float]) -> None:
+        pass
 
     def choose(self, content: str) -> tuple[int, str]:
         return self.k, self._reason
@@ -227,7 +241,8 @@ class CostModelController:
         probe_every: int = 16,
         probe_max: int = 256,
         hysteresis: float = 0.03,
-        verdict_drafts: int = 3,
+        verdict_drafts: int = 1,
+        verdict_margin: float = 0.9,
     ):
         if k_init is None:
             k_init = min(max(4, k_min), k_max)
@@ -246,6 +261,7 @@ class CostModelController:
         self.probe_max = probe_max
         self.hysteresis = hysteresis
         self.verdict_drafts = verdict_drafts
+        self.verdict_margin = verdict_margin
         self._step_cost: dict[int, _Ema] = {}
         self.reset()
 
@@ -274,6 +290,16 @@ class CostModelController:
         a_all = (s_all + self.prior_weight * self.prior_alpha) / (n_all + self.prior_weight)
         s, n = self._acc.get(content, (0.0, 0.0))
         return (s + self.prior_weight * a_all) / (n + self.prior_weight)
+
+    def needs_costs(self) -> bool:
+        """No batch bigger than one token measured yet: seed_costs() would help."""
+        return not any(n > 1 and e.count for n, e in self._step_cost.items())
+
+    def seed_costs(self, ms: dict[int, float]) -> None:
+        """Step costs measured up front (ms per target batch of n tokens): decisions are
+        right from the first step instead of extrapolating from one batch size."""
+        for n, v in ms.items():
+            self._step_cost.setdefault(n, _Ema()).add(v, 1.0)
 
     def step_cost(self, n: int) -> float | None:
         """Estimated verify + bookkeeping ms for a target batch of n tokens."""
@@ -377,7 +403,7 @@ class CostModelController:
         a = max([0.95] + [self.alpha(label) for label in self._acc])
         d = self._draft_ms_min
         best = max(expected_tokens(a, k) / (d * k + self.step_cost(k + 1)) for k in range(1, self.k_max + 1))
-        if best * s1 < 1.0:
+        if best * s1 < self.verdict_margin:  # a margin: one noisy step must not rule it out
             self._hopeless_at = s1
             return True
         return False
@@ -392,7 +418,9 @@ class CostModelController:
 
     def free_alpha(self, source: str, evidence: int) -> float:
         b = self.bucket(evidence)
-        prior = 1.0 - 1.0 / (b + 1.0)  # 1 -> 0.5, 4 -> 0.8, 16 -> 0.94: longer copies hold
+        # 1 -> 0.33, 4 -> 0.67, 16 -> 0.89: longer copies hold. Cautious on purpose: on a
+        # CPU a wasted batch costs nearly as much as the tokens it would have saved.
+        prior = 1.0 - 2.0 / (b + 2.0)
         s, n = self._free_acc.get((source, b), (0.0, 0.0))
         return (s + self.prior_weight * prior) / (n + self.prior_weight)
 

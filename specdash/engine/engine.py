@@ -162,6 +162,32 @@ class Engine:
             if self._stop or (not self.paused and self._queue.empty()):
                 return
 
+    # Batch sizes measured before adaptive mode's first decision: enough points for the
+    # controller to interpolate a CPU's cost curve (nearly linear, with steps) or see a
+    # GPU's flat one. One pass, ~25 single-token steps of work, once per session.
+    COST_SIZES = (1, 2, 3, 5, 9, 17)
+
+    def _measure_costs(self, tokens: list[int], n_past: int) -> Iterator[Event]:
+        ctl, target = self.controller, self.target
+        if not (self.settings.adaptive and ctl is not None and ctl.needs_costs()):
+            return
+        sizes = [n for n in self.COST_SIZES if n <= target.n_batch and n_past + n < target.n_ctx]
+        ms: dict[int, float] = {}
+        t0 = time.perf_counter()
+        for n in sizes:
+            junk = (tokens * n)[-n:]  # any valid tokens: only the time is kept
+            t = time.perf_counter()
+            target.decode(junk, n_past, logits="all")
+            ms[n] = (time.perf_counter() - t) * 1e3
+            target.kv_truncate(n_past)
+        if not ms:
+            return
+        ctl.seed_costs(ms)
+        unit = ms[sizes[0]]
+        curve = ", ".join(f"{n}: {v / unit:.1f}x" for n, v in ms.items() if n > 1)
+        yield NoticeEvent("info", f"adaptive K: measured target batch costs in "
+                          f"{time.perf_counter() - t0:.1f}s (tokens: cost vs one token) {curve}")
+
     # --- the loop -------------------------------------------------------------------
     def generate(self, prompt: Sequence[int], max_tokens: int) -> Iterator[Event]:
         target, s = self.target, self.settings
@@ -198,6 +224,7 @@ class Engine:
 
         tokens = list(prompt)  # committed: prompt + generated; tokens[-1] is not in the KV yet
         n_past = len(tokens) - 1
+        yield from self._measure_costs(tokens, n_past)  # once per session, before the clock starts
         utf8 = codecs.getincrementaldecoder("utf-8")("replace")
         text: list[str] = []
         counters = SpecCounters()
@@ -228,6 +255,7 @@ class Engine:
             room = max(0, min(target.n_ctx - n_past - 2, max_tokens - generated - 1, target.n_batch - 1))
             adaptive = calibrate <= 0 and s.adaptive and self.controller is not None
             if adaptive:
+                yield from self._measure_costs(tokens, n_past)  # adaptive switched on mid-run
                 draft, k, decision = propose_adaptive(
                     self.drafter, tokens, self.controller, content, min(room, s.k_max), s.sampling, self.rng
                 )
@@ -297,8 +325,8 @@ class Engine:
             counters.add(ev)
             if self.controller is not None:
                 self.controller.observe(
-                    k, ev.drafted, n_acc, ev.draft_ms, ev.verify_ms, ev.other_ms, content,
-                    evidence=draft.evidence, source=draft.source,
+                    k, ev.drafted, n_acc, ev.draft_ms - draft.prep_ms, ev.verify_ms, ev.other_ms,
+                    content, evidence=draft.evidence, source=draft.source,
                 )
             yield ev
             if stop_reason == "eos":

@@ -22,6 +22,9 @@ class Draft:
     # evidence: a 20-token match predicts a copy better than a 1-token one). 0 for a
     # draft model, whose evidence is its own probabilities.
     evidence: int = 0
+    # Time spent catching up on tokens the source sat out (a draft model after a stretch
+    # of plain steps): a cost of having paused, not of drafting these tokens.
+    prep_ms: float = 0.0
 
     @staticmethod
     def empty(source: str = "none") -> "Draft":
@@ -32,7 +35,7 @@ class Draft:
         if n >= len(self.tokens):
             return self
         probs = None if self.probs is None else self.probs[:n]
-        return Draft(self.tokens[:n], probs, self.source, self.evidence)
+        return Draft(self.tokens[:n], probs, self.source, self.evidence, self.prep_ms)
 
 
 class Drafter(Protocol):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import numpy as np
@@ -22,6 +23,7 @@ class DraftModelDrafter:
         self.label = label or llm.path.stem
         self._kv: list[int] = []  # tokens whose KV entries sit in the draft context, in order
         self._committed = 0  # committed length at the last sync: a known common prefix
+        self._prep_ms = 0.0
 
     def _sync(self, tokens: Sequence[int]) -> np.ndarray:
         """Bring the draft KV cache in step with the committed tokens; return the logits
@@ -43,12 +45,18 @@ class DraftModelDrafter:
             self.llm.kv_truncate(n)
             del kv[n:]
         feed = list(tokens[n:])
+        t0 = time.perf_counter()
         logits = None
         for i in range(0, len(feed), self.llm.n_batch):
             chunk = feed[i : i + self.llm.n_batch]
             logits = self.llm.decode(chunk, n + i, logits="last")
         kv.extend(feed)
         self._committed = len(tokens)
+        # Up to two new tokens per step is the normal rhythm (the target's bonus token,
+        # plus the last draft token when all were accepted: it never had its own pass);
+        # more means this drafter sat out steps, and the rest was catch-up.
+        extra = max(len(feed) - 2, 0)
+        self._prep_ms = (time.perf_counter() - t0) * 1e3 * extra / len(feed)
         return logits[0]
 
     def propose(
@@ -74,7 +82,7 @@ class DraftModelDrafter:
             if i + 1 < k:  # the last draft token needs no forward pass of its own
                 logits = self.llm.decode([tok], len(self._kv), logits="last")[0]
                 self._kv.append(tok)
-        return Draft(out, np.stack(probs) if probs else None, self.name)
+        return Draft(out, np.stack(probs) if probs else None, self.name, prep_ms=self._prep_ms)
 
     def prefill(self, tokens: Sequence[int]) -> None:
         # All but the last token: the first propose() decodes that one for its logits.
