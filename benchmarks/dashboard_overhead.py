@@ -5,6 +5,12 @@ thread) plus the dashboard's 12 K=0 calibration steps so both sides do the same 
 (b) `specdash` in a tmux pane on the same prompt and settings, its decode tok/s read from
 the JSON that the `s` key writes. Prints the ratio of medians and the dashboard's CPU.
 
+--arm NAME=CODE adds a dashboard variant that runs CODE in the process before specdash
+starts, so a change can be A/B tested in one run, e.g. the default GIL switch interval:
+
+    python benchmarks/dashboard_overhead.py --rounds 4 \
+        --arm "switch-5ms=import sys; sys.setswitchinterval = lambda v: None"
+
     python benchmarks/dashboard_overhead.py [--target M] [--draft M] [--k 4] [--tokens 200] [--rounds 6]
 """
 
@@ -14,6 +20,7 @@ import argparse
 import glob
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -42,16 +49,34 @@ def tmux(*args: str) -> str:
     return subprocess.run(["tmux", "-L", "specdash-overhead", *args], capture_output=True, text=True).stdout
 
 
+def start_session(cmd: str) -> None:
+    """A new tmux server with one 100x30 pane running `cmd`. kill-server returns before
+    the old server is gone, and a new-session that reaches the dying server dies with
+    it: wait for the socket to go, and retry until the session is really there."""
+    for _ in range(50):
+        if subprocess.run(["tmux", "-L", "specdash-overhead", "has-session"], capture_output=True).returncode:
+            break
+        time.sleep(0.1)
+    for _ in range(5):
+        tmux("new-session", "-d", "-s", "a", "-x", "100", "-y", "30", cmd)
+        time.sleep(0.5)
+        if subprocess.run(["tmux", "-L", "specdash-overhead", "has-session", "-t", "a"],
+                          capture_output=True).returncode == 0:
+            return
+    raise RuntimeError("tmux would not start a session")
+
+
 def headless(args, prompt_file: str) -> float:
     out = subprocess.run([sys.executable, "-c", HEADLESS, args.target, args.draft, str(args.k),
                           str(args.tokens), prompt_file], capture_output=True, text=True, check=True)
     return float(out.stdout.split()[0])
 
 
-def attached(args, prompt_file: str, shots: str) -> tuple[float, float]:
-    cmd = (f"{sys.executable} -m specdash --target {args.target} --draft {args.draft} --k {args.k} "
-           f"--threads 2 --max-tokens {args.tokens} --prompt-file {prompt_file} --screenshots {shots}; sleep 30")
-    tmux("new-session", "-d", "-s", "a", "-x", "100", "-y", "30", cmd)
+def attached(args, prompt_file: str, shots: str, prelude: str = "") -> tuple[float, float]:
+    argv = ["specdash", "--target", args.target, "--draft", args.draft, "--k", str(args.k), "--threads", "2",
+            "--max-tokens", str(args.tokens), "--prompt-file", prompt_file, "--screenshots", shots]
+    code = f"import sys\n{prelude}\nfrom specdash.cli import main\nsys.argv = {argv!r}\nsys.exit(main())"
+    start_session(f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}; sleep 30")
     try:
         deadline = time.time() + 600
         while "■ done" not in tmux("capture-pane", "-p", "-t", "a"):  # the status line when the run ends
@@ -77,32 +102,42 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--arm", action="append", default=[], metavar="NAME=CODE",
+                    help="an extra dashboard variant: CODE runs before specdash starts (repeatable)")
     args = ap.parse_args()
+    arms = {"dashboard": ""}
+    for arm in args.arm:
+        name, sep, code = arm.partition("=")
+        if not sep or not name:
+            ap.error(f"--arm {arm!r}: expected NAME=CODE")
+        arms[name] = code
     work = tempfile.mkdtemp(prefix="specdash-overhead-")
     prompt_file = os.path.join(work, "prompt.txt")
     with open(prompt_file, "w") as f:
         f.write(by_name("code-edit").text)
-    head, dash, cpu = [], [], []
+    names = ["headless", *arms]
+    tps: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in arms}
     for r in range(args.rounds):
-        shots = os.path.join(work, f"shots{r}")
-        os.makedirs(shots)
-        pair = [("h", None), ("d", shots)] if r % 2 == 0 else [("d", shots), ("h", None)]
-        for kind, where in pair:
-            if kind == "h":
-                head.append(headless(args, prompt_file))
+        for name in names[r % len(names):] + names[: r % len(names)]:  # rotate who goes first
+            if name == "headless":
+                tps[name].append(headless(args, prompt_file))
             else:
-                tps, c = attached(args, prompt_file, where)
-                dash.append(tps)
-                cpu.append(c)
-        print(f"round {r + 1}: headless {head[-1]:.2f} tok/s, dashboard {dash[-1]:.2f} tok/s, "
-              f"dashboard CPU {cpu[-1]:.1f}%", flush=True)
-    print(f"\nmedian: headless {statistics.median(head):.2f}, dashboard {statistics.median(dash):.2f} tok/s, "
-          f"ratio {statistics.median(dash) / statistics.median(head):.3f}; "
-          f"dashboard's own CPU median {statistics.median(cpu):.1f}% of one core")
-    # Each round's pair ran back to back: its ratio cancels slow drifts of the machine.
-    paired = sorted(d / h for d, h in zip(dash, head))
-    print(f"per-round ratios {' '.join(f'{r:.3f}' for r in paired)}; median {statistics.median(paired):.3f}, "
-          f"geometric mean {statistics.geometric_mean(paired):.3f}")
+                shots = os.path.join(work, f"shots-{r}-{name}")
+                os.makedirs(shots)
+                t, c = attached(args, prompt_file, shots, arms[name])
+                tps[name].append(t)
+                cpu[name].append(c)
+        print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:.2f} tok/s" for n, v in tps.items())
+              + "; dashboard CPU " + ", ".join(f"{n} {v[-1]:.1f}%" for n, v in cpu.items()), flush=True)
+    base = statistics.median(tps["headless"])
+    print(f"\nheadless median {base:.2f} tok/s")
+    for name in arms:
+        # Each round's runs ran back to back: their ratio cancels slow drifts of the machine.
+        paired = sorted(d / h for d, h in zip(tps[name], tps["headless"]))
+        print(f"{name}: median {statistics.median(tps[name]):.2f} tok/s, ratio of medians "
+              f"{statistics.median(tps[name]) / base:.3f}; per-round ratios {' '.join(f'{x:.3f}' for x in paired)}, "
+              f"median {statistics.median(paired):.3f}; its own CPU median {statistics.median(cpu[name]):.1f}% of one core")
 
 
 if __name__ == "__main__":

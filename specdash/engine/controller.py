@@ -242,7 +242,7 @@ class CostModelController:
         probe_max: int = 256,
         hysteresis: float = 0.03,
         verdict_drafts: int = 1,
-        verdict_margin: float = 0.9,
+        verdict_margin: float = 1.0,
     ):
         if k_init is None:
             k_init = min(max(4, k_min), k_max)
@@ -403,7 +403,7 @@ class CostModelController:
         a = max([0.95] + [self.alpha(label) for label in self._acc])
         d = self._draft_ms_min
         best = max(expected_tokens(a, k) / (d * k + self.step_cost(k + 1)) for k in range(1, self.k_max + 1))
-        if best * s1 < self.verdict_margin:  # a margin: one noisy step must not rule it out
+        if best * s1 < self.verdict_margin:  # judged at 95%+ acceptance: a noisy step cannot tip it
             self._hopeless_at = s1
             return True
         return False
