@@ -265,9 +265,10 @@ class Engine:
                     calibrate -= 1
                 else:
                     k = s.k
+                k = min(k, room)
                 # Called even at K=0: history-keeping drafters (suffix) must see every step.
-                draft = self.drafter.propose(tokens, min(k, room), s.sampling, self.rng)
-            draft = draft.cut(min(k, room))  # a drafter may not overrun K
+                draft = self.drafter.propose(tokens, k, s.sampling, self.rng)
+            draft = draft.cut(k)  # a drafter may not overrun K
             t_draft = time.perf_counter()
 
             logits = target.decode([tokens[-1], *draft.tokens], n_past, logits="all")
