@@ -330,3 +330,13 @@ def test_new_prompt_keeps_what_was_learned_reset_forgets_it():
     assert ctl.free_alpha("lookup", 5) == learned and ctl.step_cost(1) is not None
     ctl.reset()
     assert ctl.free_alpha("lookup", 5) == pytest.approx(1 - 2 / 6)  # the prior of bucket 4
+
+
+@pytest.mark.parametrize("ctl", [ThresholdController(), CostModelController()], ids=["threshold", "cost"])
+def test_both_controllers_take_the_engines_observe_call(ctl):
+    # Engine.generate passes the draft's evidence and source by keyword; the baseline
+    # controller must accept them too, so it can be dropped into the engine.
+    for _ in range(40):
+        ctl.observe(4, 4, 4, 1.0, 30.0, 0.1, "code", evidence=0, source="draft")
+        ctl.observe(0, 2, 2, 0.01, 20.0, 0.1, "code", evidence=5, source="lookup")
+    assert ctl.choose("code")[0] >= 0

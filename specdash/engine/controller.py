@@ -44,10 +44,11 @@ class KController(Protocol):
         other_ms: float,
         content: str,
         evidence: int = 0,
+        source: str = "",
     ) -> None:
         """One finished step: K asked, tokens drafted and accepted, its timings, the
         content label the step was chosen under, and the draft's evidence (> 0 for a
-        model-free source's copy, see trim)."""
+        model-free source's copy, see trim) and source."""
         ...
 
     def new_prompt(self) -> None:
@@ -143,6 +144,7 @@ class ThresholdController:
         other_ms: float,
         content: str,
         evidence: int = 0,
+        source: str = "",
     ) -> None:
         if drafted <= 0:
             return
@@ -206,10 +208,10 @@ class CostModelController:
     `hysteresis` (relative) to replace it, so measurement noise does not flip K.
 
     Costs alone can rule a draft model out: when even 95% acceptance (or the best
-    measured, if higher) would not beat plain decoding at any K (with the cheapest draft cost measured, after at least
-    `verdict_drafts` drafting steps), probing stops: a probe after a long stretch at K=0
-    makes the draft model catch up on every token it missed, and no text can change
-    the verdict. Only a change of the target's step cost (another load on the machine,
+    measured, if higher) would not beat plain decoding at any K, with the cheapest draft
+    cost measured after at least `verdict_drafts` drafting steps, probing stops: a probe
+    after a long stretch at K=0 makes the draft model catch up on every token it missed,
+    and no text can change the verdict. Only a change of the target's step cost (another load on the machine,
     a new expert count) reopens the question.
 
     Model-free drafts (lookup, suffix) cost nothing to propose, so the engine asks for

@@ -421,8 +421,8 @@ class SpecdashApp(App[int]):
             k_note = "adaptive"
         else:
             k_note = f"last step: {escape(step.drafter)}" if step else ""
-        k_now = step.k if settings is not None and settings.adaptive and step is not None else None
-        k_label = f"K {k_now} (adaptive)" if k_now is not None else f"K {settings.k}" if settings else "K"
+        k_now = self._k_in_force()
+        k_label = f"K {k_now} (adaptive)" if settings is not None and settings.adaptive and step is not None else f"K {k_now}"
         self._title("kpanel", f"{k_label} · {escape(settings.drafter)}" if settings else "K", k_note)
         self._update_status(tps, acc)
 
@@ -447,14 +447,20 @@ class SpecdashApp(App[int]):
         "error": ("✖ error", "bold $error"),
     }
 
+    def _k_in_force(self) -> int | None:
+        """Adaptive K changes every step: the K the last step ran with, not the configured
+        starting value. None before the engine has reported its settings."""
+        st, step = self.stats.settings, self.stats.last_step
+        if st is None:
+            return None
+        return step.k if st.adaptive and step is not None else st.k
+
     def _update_status(self, tps: float | None, acc: float | None) -> None:
         st = self.stats.settings
         label, style = self.STATE_LABELS[self.engine_state]
         step = self.stats.last_step
         target, draft = (st.target, st.drafter) if st else (self._settings.target, self._settings.draft)
-        # Adaptive K changes every step: show the K the last step ran with, not the
-        # configured starting value.
-        k_now = step.k if st is not None and st.adaptive and step is not None else (st.k if st else None)
+        k_now = self._k_in_force()
         # Optional parts in the order they give way when the terminal is narrow; the
         # numbers an operator watches (tok/s, acceptance, K) never do.
         optional = {
