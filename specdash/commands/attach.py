@@ -1,0 +1,251 @@
+"""`specdash attach URL [URL ...]`: watch running servers (llama-server, vLLM, another
+specdash's --metrics-port).
+
+    --once [--json]    one snapshot per server (two polls `--interval` apart, so rates
+                       exist), then exit: 0 when a server answered, 2 when none did
+    --watch [--json]   one line per server per interval until Ctrl-C (or --count lines)
+    --prompt TEXT      drive mode: send TEXT to the server's completion endpoint; with
+                       --json the event stream is printed as JSON lines (one URL)
+    (default)          the dashboard: one server's panels, or the fleet table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from specdash.errors import SpecdashError
+
+INTERVAL_RANGE = (0.1, 60.0)
+TIMEOUT_RANGE = (0.1, 120.0)
+
+
+def _seconds(flag: str, lo: float, hi: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be seconds, {lo:g}..{hi:g}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be seconds, {lo:g}..{hi:g}")
+        return value
+    return parse
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number >= 1") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number >= 1")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "attach",
+        help="watch running llama-server / vLLM / specdash servers (one, or a fleet)",
+        description=(
+            "Attach to running servers through /metrics (and, for llama-server, /slots and "
+            "/props). One URL opens the dashboard's panels on it; several open the fleet table. "
+            "llama-server must run with --metrics. --once/--watch print snapshots instead; "
+            "--json makes them JSON (vLLM-style field names). Exit 2 when no server answered."
+        ),
+    )
+    p.add_argument("urls", nargs="+", metavar="URL", help="server base URL, e.g. http://127.0.0.1:8080")
+    p.add_argument("--interval", type=_seconds("--interval", *INTERVAL_RANGE), default=1.0, metavar="SECONDS",
+                   help="seconds between polls of each server, 0.1..60 (default 1)")
+    p.add_argument("--window", type=_seconds("--window", 1.0, 3600.0), default=10.0, metavar="SECONDS",
+                   help="rates are over this sliding window of polls (default 10)")
+    p.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
+                   help="an HTTP header for every request, e.g. \"Authorization: Bearer KEY\" "
+                   "(repeatable; values never appear in output, screenshots or recordings)")
+    p.add_argument("--timeout", type=_seconds("--timeout", *TIMEOUT_RANGE), default=5.0, metavar="SECONDS",
+                   help="read timeout per request (default 5; connecting gives up after 2)")
+    p.add_argument("--prompt", metavar="TEXT",
+                   help="drive mode: send TEXT to the server's completion endpoint and stream it")
+    p.add_argument("--max-tokens", type=_positive_int, default=256, metavar="N",
+                   help="drive mode: tokens to generate (default 256)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="print one snapshot per server and exit")
+    mode.add_argument("--watch", action="store_true", help="print a snapshot per server every interval")
+    p.add_argument("--count", type=_positive_int, metavar="N",
+                   help="with --watch: stop after N intervals")
+    p.add_argument("--json", action="store_true",
+                   help="JSON: with --once/--watch one object per server per line (the `server` event "
+                   "of specdash/events.py); with --prompt the event stream as JSON lines")
+    p.set_defaults(func=run)
+
+
+def parse_headers(items: list[str]) -> dict[str, str]:
+    from specdash.remote.client import parse_header
+
+    headers: dict[str, str] = {}
+    for i, item in enumerate(items, 1):
+        name, value = parse_header(item, i)
+        headers[name] = value
+    return headers
+
+
+def build_sources(args: argparse.Namespace, *, with_prompt: bool = False) -> list[Any]:
+    """One RemoteSource per distinct URL (bad URLs and headers raise SpecdashError)."""
+    from specdash.remote.client import parse_url
+    from specdash.sources.remote import RemoteSource
+
+    headers = parse_headers(args.header)
+    seen: set[str] = set()
+    sources = []
+    for raw in args.urls:
+        url = parse_url(raw)
+        if url.base in seen:
+            continue
+        seen.add(url.base)
+        sources.append(RemoteSource(
+            raw, headers=headers, interval=args.interval, window=args.window,
+            prompt=args.prompt if with_prompt else None, max_tokens=args.max_tokens, read_timeout=args.timeout))
+    return sources
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.json and not (args.once or args.watch or args.prompt):
+        raise SpecdashError("--json needs --once, --watch or --prompt (the dashboard is not JSON)")
+    if args.count is not None and not args.watch:
+        raise SpecdashError("--count needs --watch")
+    if args.prompt is not None and not args.prompt.strip():
+        raise SpecdashError("--prompt '': give the text to send")
+    if args.prompt and (args.once or args.watch):
+        raise SpecdashError("--prompt drives generation; use it without --once/--watch")
+    dashboard = not (args.once or args.watch or args.json)
+    sources = build_sources(args, with_prompt=dashboard)
+    try:
+        if args.once:
+            return once(sources, args)
+        if args.watch:
+            return watch(sources, args)
+        if args.prompt and args.json:
+            if len(sources) != 1:
+                raise SpecdashError(f"--prompt with --json takes one URL, got {len(sources)}")
+            return drive_json(sources[0], args)
+        return open_dashboard(sources, args)
+    finally:
+        for source in sources:
+            source.close()
+
+
+# --- headless ---
+
+
+def _first_two_polls(source: Any, interval: float) -> None:
+    row = source.poll_now()
+    if row.state == "up":
+        time.sleep(interval)
+        source.poll_now()
+
+
+def snapshot_rows(sources: list[Any], interval: float) -> list[Any]:
+    """Every server polled twice, `interval` apart, all servers at once; the rows."""
+    threads = [threading.Thread(target=_first_two_polls, args=(s, interval), daemon=True) for s in sources]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [s.server for s in sources]
+
+
+def text_row(row: Any) -> str:
+    """One server as a plain text line (no Textual)."""
+    def f(value: float | None, fmt: str) -> str:
+        return "-" if value is None else format(value, fmt)
+    if row.state != "up":
+        seen = "never seen" if row.last_seen is None else f"last seen {time.time() - row.last_seen:.0f}s ago"
+        return f"{row.url}  {row.state} · {seen} · {row.error}"
+    run_ = "-" if row.requests_running is None else row.requests_running
+    wait = "-" if row.requests_waiting is None else row.requests_waiting
+    return (f"{row.url}  {row.backend} {row.model or '?'}  busy/queued {run_}/{wait}  "
+            f"gen {f(row.generation_tokens_per_s, '.1f')} tok/s  prompt {f(row.prompt_tokens_per_s, '.1f')} tok/s  "
+            f"acceptance {f(row.acceptance_rate, '.1%')}  mean len {f(row.mean_accepted_length, '.2f')}  "
+            f"tok/step {f(row.tokens_per_step, '.2f')}  errors {row.errors}  resets {row.resets}")
+
+
+def _print_row(row: Any, as_json: bool) -> None:
+    from specdash.events import to_dict
+
+    print(json.dumps(to_dict(row), ensure_ascii=False) if as_json else text_row(row), flush=True)
+
+
+def once(sources: list[Any], args: argparse.Namespace) -> int:
+    rows = snapshot_rows(sources, args.interval)
+    for row in rows:
+        _print_row(row, args.json)
+    for row in rows:
+        if row.state != "up":
+            print(f"specdash: error: {row.error}", file=sys.stderr)
+    return 0 if any(row.state == "up" for row in rows) else 2
+
+
+def watch(sources: list[Any], args: argparse.Namespace) -> int:
+    for source in sources:
+        source.start(lambda ev: None)
+    printed = 0
+    reported: dict[str, str] = {}
+    next_tick = time.monotonic() + args.interval
+    while args.count is None or printed < args.count:
+        time.sleep(max(0.0, next_tick - time.monotonic()))
+        next_tick += args.interval
+        for source in sources:
+            row = source.server
+            _print_row(row, args.json)
+            if row.state != "up" and row.error and reported.get(row.url) != row.error:
+                print(f"specdash: {row.error}", file=sys.stderr, flush=True)
+            reported[row.url] = row.error if row.state != "up" else ""
+        printed += 1
+    return 0
+
+
+def drive_json(source: Any, args: argparse.Namespace) -> int:
+    """--prompt --json: the drive-mode events of one server as JSON lines, then exit."""
+    import queue
+
+    from specdash.events import NewPrompt, NoticeEvent, ServerEvent, StatusEvent, Summary, to_dict
+
+    events: queue.Queue[Any] = queue.Queue()
+    source.start(events.put)
+    source.send(NewPrompt(args.prompt, "prompt"))
+    first_state: str | None = None
+    while True:
+        ev = events.get()
+        if isinstance(ev, ServerEvent):
+            continue  # the poll rows belong to --watch
+        if isinstance(ev, StatusEvent) and ev.state == "down" and first_state is None:
+            print(f"specdash: error: {ev.message}", file=sys.stderr)
+            return 2
+        if isinstance(ev, StatusEvent):
+            first_state = first_state or ev.state
+        print(json.dumps(to_dict(ev), ensure_ascii=False), flush=True)
+        if isinstance(ev, Summary):
+            return 0
+        if isinstance(ev, NoticeEvent) and ev.level == "error" and "prompt" in ev.message:
+            return 1
+        if isinstance(ev, NoticeEvent) and "prompt refused" in ev.message:
+            return 2
+
+
+# --- the dashboard (the lead wires the full panels in; this opens the fleet table) ---
+
+
+def open_dashboard(sources: list[Any], args: argparse.Namespace) -> int:
+    """Open the dashboard on `sources` (RemoteSource, not started). One source: its full
+    panels; several: the fleet table, Enter opens a server's panels, Esc comes back.
+
+    STUB for the lead to fill in: for now it opens the fleet table alone (which works for
+    one server too), fed through an Outbox, and Enter only says that the full panels are
+    not wired yet."""
+    from specdash.tui.screens.fleet import run_fleet_app
+
+    return run_fleet_app(sources)

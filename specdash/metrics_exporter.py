@@ -1,0 +1,167 @@
+"""`--metrics-port N`: the embedded engine's numbers as Prometheus text on 127.0.0.1:N.
+
+Names are vLLM's (vllm/v1/spec_decode/metrics.py, vllm/v1/metrics/loggers.py) under a
+`specdash:` prefix, with vLLM's `model_name` and `engine` labels, so a Grafana board built
+for vLLM works after a prefix swap, and `specdash attach` reads it like any server:
+
+    specdash:spec_decode_num_drafts_total                      drafting steps
+    specdash:spec_decode_num_draft_tokens_total                drafted tokens
+    specdash:spec_decode_num_accepted_tokens_total             accepted drafted tokens
+    specdash:spec_decode_num_accepted_tokens_per_pos_total{position}  drafts whose
+                                                               position i was accepted
+    specdash:generation_tokens_total, specdash:prompt_tokens_total
+    specdash:decode_steps_total                                engine steps (target passes)
+    specdash:request_success_total{finished_reason}
+    specdash:num_requests_running, specdash:num_requests_waiting
+    specdash:num_speculative_tokens                            K in force
+    specdash:model_info{target,drafter}                        1
+    process_*                                                  (start time, CPU, memory)
+
+Its own CollectorRegistry (never the global one) and prometheus_client's own HTTP
+server thread. No Textual. Feed it contract events from any thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, start_http_server
+
+from specdash import events as E
+from specdash.errors import SpecdashError
+
+PREFIX = "specdash:"
+LABELS = ["model_name", "engine"]
+ENGINE = "0"
+
+
+class MetricsExporter:
+    """Serves Prometheus text on `host:port` until `close()`. `port=0` picks a free port
+    (see `.port`)."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1"):
+        if not isinstance(port, int) or not 0 <= port <= 65535:
+            raise SpecdashError(f"--metrics-port {port!r}: must be a port number 1..65535")
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self._drafts = Counter(PREFIX + "spec_decode_num_drafts", "Number of spec decoding drafts.", LABELS, registry=r)
+        self._draft_tokens = Counter(PREFIX + "spec_decode_num_draft_tokens", "Number of draft tokens.", LABELS, registry=r)
+        self._accepted = Counter(PREFIX + "spec_decode_num_accepted_tokens", "Number of accepted tokens.", LABELS, registry=r)
+        self._per_pos = Counter(PREFIX + "spec_decode_num_accepted_tokens_per_pos",
+                                "Accepted tokens per draft position.", LABELS + ["position"], registry=r)
+        self._generation = Counter(PREFIX + "generation_tokens", "Number of generation tokens processed.", LABELS, registry=r)
+        self._prompt = Counter(PREFIX + "prompt_tokens", "Number of prefill tokens processed.", LABELS, registry=r)
+        self._steps = Counter(PREFIX + "decode_steps", "Engine steps (one target pass each).", LABELS, registry=r)
+        self._success = Counter(PREFIX + "request_success", "Count of successfully processed requests.",
+                                LABELS + ["finished_reason"], registry=r)
+        self._running = Gauge(PREFIX + "num_requests_running", "Number of requests in model execution.", LABELS, registry=r)
+        self._waiting = Gauge(PREFIX + "num_requests_waiting", "Number of requests waiting to be processed.", LABELS, registry=r)
+        self._k = Gauge(PREFIX + "num_speculative_tokens", "K in force (tokens drafted per step).", LABELS, registry=r)
+        self._info = Gauge(PREFIX + "model_info", "The target and the draft source; value 1.", ["target", "drafter"], registry=r)
+        ProcessCollector(registry=r)
+        self._lock = threading.Lock()
+        self._model = "specdash"
+        self._info_labels: tuple[str, str] | None = None
+        self._labels_seen: set[str] = set()
+        self._counted = False
+        self._touch(self._model)
+        try:
+            self._server, self._thread = start_http_server(port, addr=host, registry=r)
+        except OSError as exc:
+            raise SpecdashError(f"--metrics-port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
+                                f"pick a free port") from None
+        self.host = host
+        self.port: int = self._server.server_address[1]
+        self._closed = False
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _touch(self, model: str) -> None:
+        """Create a label set's series at zero (vLLM shows every series from the start)."""
+        if model in self._labels_seen:
+            return
+        self._labels_seen.add(model)
+        for c in (self._drafts, self._draft_tokens, self._accepted, self._generation, self._prompt, self._steps):
+            c.labels(model, ENGINE)
+        for g in (self._running, self._waiting):
+            g.labels(model, ENGINE).set(0)
+
+    def feed(self, event: Any) -> None:
+        """Fold one contract event into the counters. Unknown events are ignored."""
+        with self._lock:
+            lv = (self._model, ENGINE)
+            if isinstance(event, (E.StepEvent, E.PrefillEvent, E.Summary)):
+                self._counted = True
+            if isinstance(event, E.StepEvent):
+                n = len(event.tokens) or len(event.pieces)
+                self._generation.labels(*lv).inc(n)
+                self._steps.labels(*lv).inc()
+                if event.drafted > 0:
+                    self._drafts.labels(*lv).inc()
+                    self._draft_tokens.labels(*lv).inc(event.drafted)
+                    self._accepted.labels(*lv).inc(event.accepted)
+                    for i in range(event.accepted):
+                        self._per_pos.labels(*lv, str(i)).inc()
+                self._running.labels(*lv).set(1)
+            elif isinstance(event, E.PrefillEvent):
+                self._prompt.labels(*lv).inc(event.n_tokens)
+                self._running.labels(*lv).set(1)
+            elif isinstance(event, E.PromptEvent):
+                self._running.labels(*lv).set(1)
+            elif isinstance(event, E.Summary):
+                self._success.labels(*lv, _finish_reason(event.stop_reason)).inc()
+                self._running.labels(*lv).set(0)
+            elif isinstance(event, E.StatusEvent):
+                if event.state in ("ended", "error", "idle", "down"):
+                    self._running.labels(*lv).set(0)
+            elif isinstance(event, E.SettingsEvent):
+                self._settings(event)
+
+    def _settings(self, s: E.SettingsEvent) -> None:
+        model = s.target or "specdash"
+        if model != self._model:
+            old = self._model
+            self._running.labels(old, ENGINE).set(0)
+            self._model = model
+            self._touch(model)
+            if old == "specdash" and not self._counted:
+                # The placeholder series from before the first settings: nothing was counted
+                # under it, so it goes (totals are unchanged).
+                for metric in (self._drafts, self._draft_tokens, self._accepted, self._generation,
+                               self._prompt, self._steps, self._running, self._waiting):
+                    try:
+                        metric.remove(old, ENGINE)
+                    except KeyError:
+                        pass
+                self._labels_seen.discard(old)
+        lv = (self._model, ENGINE)
+        k = s.k or 0
+        self._k.labels(*lv).set(k)
+        for i in range(k):
+            self._per_pos.labels(*lv, str(i))
+        info = (s.target, s.drafter)
+        if info != self._info_labels:
+            if self._info_labels is not None:
+                try:
+                    self._info.remove(*self._info_labels)
+                except KeyError:
+                    pass
+            self._info.labels(*info).set(1)
+            self._info_labels = info
+
+    def close(self) -> None:
+        """Stop serving; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=2.0)
+
+
+def _finish_reason(stop_reason: str) -> str:
+    """vLLM's finished_reason values: stop | length | abort."""
+    return {"eos": "stop", "max_tokens": "length", "context": "length"}.get(stop_reason, "abort")

@@ -1,0 +1,156 @@
+"""Prometheus text exposition -> samples, and which server wrote it.
+
+Parsing is prometheus_client's own (`text_string_to_metric_families`). Two of its habits
+matter here: it strips `_total` from a counter *family's* name (the samples keep it), and
+it appends `_total` to the samples of a counter declared without it (llama.cpp's
+`llamacpp:n_tokens_max` arrives as `llamacpp:n_tokens_max_total`). So everything below
+looks samples up by their sample name, and `value()` accepts either spelling.
+
+vLLM's counters also carry a `<name>_created` series (the counter's creation time, a
+Unix timestamp) and its histograms `_bucket{le}`, `_sum`, `_count` (and `_created`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# Backends by the prefix of their metric names, in detection order.
+BACKEND_PREFIXES: dict[str, str] = {
+    "llamacpp": "llamacpp:",
+    "vllm": "vllm:",
+    "specdash": "specdash:",
+}
+
+
+class NotMetricsError(ValueError):
+    """The text is not Prometheus exposition (an HTML page, JSON, garbage)."""
+
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass(slots=True)
+class Scrape:
+    """One /metrics response: samples by sample name, plus each family's declared type."""
+
+    samples: dict[str, list[Sample]] = field(default_factory=dict)
+    types: dict[str, str] = field(default_factory=dict)  # family name -> counter|gauge|histogram...
+
+    def names(self) -> Iterable[str]:
+        return self.samples.keys()
+
+    def get(self, name: str) -> list[Sample]:
+        """Samples named `name`, or `name_total` (a counter's samples), or `name` without
+        `_total` (a counter declared with it, when the caller asked for the family)."""
+        found = self.samples.get(name)
+        if found is None and not name.endswith("_total"):
+            found = self.samples.get(name + "_total")
+        if found is None and name.endswith("_total"):
+            found = self.samples.get(name[: -len("_total")])
+        return found or []
+
+    def has(self, name: str) -> bool:
+        return bool(self.get(name))
+
+    def value(self, name: str, default: float | None = None, **labels: str) -> float | None:
+        """The sum of the matching samples (over every other label: engines, replicas),
+        or `default` when there is none."""
+        total: float | None = None
+        for s in self.get(name):
+            if all(s.labels.get(k) == v for k, v in labels.items()):
+                total = s.value if total is None else total + s.value
+        return default if total is None else total
+
+    def by_label(self, name: str, label: str) -> dict[str, float]:
+        """Sum of the samples per value of `label` (e.g. per draft position)."""
+        out: dict[str, float] = {}
+        for s in self.get(name):
+            key = s.labels.get(label)
+            if key is not None:
+                out[key] = out.get(key, 0.0) + s.value
+        return out
+
+    def label_values(self, name: str, label: str) -> list[str]:
+        seen: list[str] = []
+        for s in self.get(name):
+            v = s.labels.get(label)
+            if v is not None and v not in seen:
+                seen.append(v)
+        return seen
+
+    def backend(self) -> str | None:
+        """llamacpp | vllm | specdash by metric prefix, or None when none is present."""
+        counts = {b: 0 for b in BACKEND_PREFIXES}
+        for name in self.samples:
+            for backend, prefix in BACKEND_PREFIXES.items():
+                if name.startswith(prefix):
+                    counts[backend] += 1
+        best = max(counts, key=lambda b: counts[b])
+        return best if counts[best] else None
+
+
+def parse(text: str) -> Scrape:
+    """Prometheus text -> Scrape. Raises NotMetricsError when it is not exposition text:
+    an HTML page or JSON would otherwise parse into nonsense or fail deep inside."""
+    head = text.lstrip()[:200].lower()
+    if head.startswith(("<!doctype", "<html", "<?xml", "<")):
+        raise NotMetricsError("an HTML page, not Prometheus metrics")
+    if head.startswith(("{", "[")):
+        raise NotMetricsError("JSON, not Prometheus metrics")
+    scrape = Scrape()
+    try:
+        for family in text_string_to_metric_families(text):
+            scrape.types[family.name] = family.type
+            for s in family.samples:
+                scrape.samples.setdefault(s.name, []).append(Sample(s.name, dict(s.labels), float(s.value)))
+    except (ValueError, IndexError, KeyError) as exc:
+        raise NotMetricsError(f"not Prometheus text ({str(exc)[:80]})") from None
+    return scrape
+
+
+def histogram_buckets(scrape: Scrape, name: str) -> list[tuple[float, float]]:
+    """A histogram's cumulative buckets [(le, count)], summed over every other label
+    (engines), ascending, ending with +Inf. [] when absent."""
+    acc: dict[float, float] = {}
+    for s in scrape.get(name + "_bucket"):
+        le = s.labels.get("le")
+        if le is None:
+            continue
+        try:
+            bound = float(le)
+        except ValueError:
+            continue
+        acc[bound] = acc.get(bound, 0.0) + s.value
+    return sorted(acc.items())
+
+
+def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float | None:
+    """Prometheus's histogram_quantile over cumulative buckets: linear interpolation
+    inside the bucket the rank falls in; the +Inf bucket answers with the last finite
+    bound. None when the histogram is empty."""
+    if not buckets:
+        return None
+    total = buckets[-1][1]
+    if total <= 0:
+        return None
+    rank = q * total
+    prev_bound, prev_count = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if bound == float("inf"):
+                return prev_bound
+            if count == prev_count:
+                return bound
+            return prev_bound + (bound - prev_bound) * (rank - prev_count) / (count - prev_count)
+        prev_bound, prev_count = bound, count
+    return prev_bound

@@ -1,0 +1,280 @@
+"""One server, polled on its own timer thread.
+
+`ServerWatch` does one poll (synchronously): /props once per connection (the model, and
+whether this is a llama-server router), /metrics every time, and /slots for llama.cpp
+(live tokens). It keeps the server's state: up/down/starting, when it was last seen, the
+error text, how many polls failed, and the counter window.
+
+`Poller` runs a watch on a daemon thread. Polls never overlap: the next one is scheduled
+only after the previous one returned, `interval` after it started (or a little after it
+ended, for a server slower than the interval). A dead server costs its own thread a
+connect timeout and nothing else.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from specdash.events import ServerEvent, now
+from specdash.remote.backends import ITL, TTFT, SlotInfo, Snapshot, parse_slots, snapshot
+from specdash.remote.client import Client, RemoteError, model_query
+from specdash.remote.metrics import NotMetricsError, parse
+from specdash.remote.window import CounterWindow, Delta, acceptance_rate, mean_accepted_length
+
+DEFAULT_INTERVAL = 1.0
+DEFAULT_WINDOW = 10.0
+
+
+@dataclass(slots=True)
+class PollResult:
+    ok: bool
+    t: float  # events.now() at the end of the poll
+    wall: float  # time.time() at the end of the poll
+    snapshot: Snapshot | None = None
+    delta: Delta | None = None  # None on the first good poll after (re)connecting
+    error: RemoteError | None = None
+    reset: bool = False
+    state_changed: bool = False  # up <-> down/starting since the previous poll
+    props_changed: bool = False  # /props was (re)read this poll
+
+
+@dataclass(slots=True)
+class RouterInfo:
+    """llama-server in router mode: its models and the one we watch."""
+
+    models: list[dict[str, Any]] = field(default_factory=list)
+    active: str | None = None
+
+
+class ServerWatch:
+    """The state of one server and how to poll it once. Not thread-safe by itself: the
+    Poller's thread is its only caller (RemoteSource reads results from callbacks)."""
+
+    def __init__(self, client: Client, *, window: float = DEFAULT_WINDOW,
+                 clock: Callable[[], float] = now, wall: Callable[[], float] = time.time):
+        self.client = client
+        self.window = CounterWindow(window)
+        self.state = "starting"
+        self.backend = ""
+        self.error = ""
+        self.error_kind = ""
+        self.errors = 0
+        self.polls = 0
+        self.last_seen: float | None = None
+        self.up_since: float | None = None  # wall clock, our own observation
+        self.props: dict[str, Any] | None = None
+        self.router: RouterInfo | None = None
+        self.slots_supported = True
+        self.last: Snapshot | None = None
+        self._clock = clock
+        self._wall = wall
+        self._need_props = True
+
+    @property
+    def url(self) -> str:
+        return self.client.display
+
+    # --- one poll ---
+
+    def _query(self) -> dict[str, str] | None:
+        return model_query(self.router.active) if self.router else None
+
+    def _read_props(self) -> None:
+        props = self.client.get_json_optional("/props")
+        self.router = None
+        if isinstance(props, dict) and props.get("role") == "router":
+            self.router = RouterInfo()
+            self.refresh_router()
+            if self.router.active:
+                sub = self.client.get_json_optional("/props", model_query(self.router.active))
+                props = sub if isinstance(sub, dict) else props
+        self.props = props if isinstance(props, dict) else None
+        self._need_props = False
+
+    def refresh_router(self) -> None:
+        """Re-read a router's model list; keep watching the active model if it is still
+        loaded, else the first loaded one."""
+        if self.router is None:
+            return
+        data = self.client.get_json_optional("/models")
+        models = data.get("data", []) if isinstance(data, dict) else []
+        self.router.models = [m for m in models if isinstance(m, dict)]
+        loaded = [str(m.get("id")) for m in self.router.models if model_status(m) == "loaded"]
+        if self.router.active not in loaded:
+            self.router.active = loaded[0] if loaded else None
+
+    def poll(self) -> PollResult:
+        was_up = self.state == "up"
+        props_changed = False
+        try:
+            if self._need_props:
+                self._read_props()
+                props_changed = True
+            if self.router is not None and self.router.active is None:
+                self.refresh_router()
+                if self.router.active is None:
+                    raise RemoteError("loading", f"{self.url}: llama-server router with no model "
+                                      f"loaded; load one (d in the dashboard, or POST /models/load)")
+            text = self.client.metrics_text(self._query())
+            try:
+                scrape = parse(text)
+            except NotMetricsError as exc:
+                raise RemoteError("not_metrics", f"{self.url}/metrics: {exc}; give the server's base "
+                                  f"URL (llama-server, vLLM or specdash --metrics-port)") from None
+            backend = scrape.backend()
+            if backend is None:
+                raise RemoteError("unknown_backend", f"{self.url}/metrics: Prometheus metrics, but none "
+                                  f"named llamacpp:, vllm: or specdash:; is this an inference server?")
+            slots: list[SlotInfo] | None = None
+            if backend == "llamacpp" and self.slots_supported:
+                data = self.client.get_json_optional("/slots", self._query())
+                if data is None:
+                    self.slots_supported = False  # started with --no-slots
+                else:
+                    slots = parse_slots(data)
+            snap = snapshot(scrape, backend, slots=slots, props=self.props)
+        except RemoteError as exc:
+            return self._failed(exc, was_up)
+        t, wall = self._clock(), self._wall()
+        self.backend = snap.backend
+        self.polls += 1
+        delta = self.window.add(t, snap.counters, snap.start_marker)
+        reset = bool(delta and delta.reset)
+        if reset:
+            self._need_props = True  # a restarted server may have another model
+        self.last = snap
+        self.state, self.error, self.error_kind = "up", "", ""
+        self.last_seen = wall
+        if not was_up or reset or self.up_since is None:
+            self.up_since = wall
+        return PollResult(True, t, wall, snapshot=snap, delta=delta, reset=reset,
+                          state_changed=not was_up, props_changed=props_changed)
+
+    def _failed(self, exc: RemoteError, was_up: bool) -> PollResult:
+        self.errors += 1
+        self.error = str(exc)
+        self.error_kind = exc.kind
+        self.state = "starting" if exc.kind == "loading" else "down"
+        self._need_props = True  # whatever comes back may be another process
+        self.up_since = None
+        return PollResult(False, self._clock(), self._wall(), error=exc, state_changed=was_up)
+
+    # --- the fleet row ---
+
+    def server_event(self, t: float | None = None) -> ServerEvent:
+        """This server as the fleet table shows it. Rates are over the window; acceptance
+        and mean length over the window when it saw drafts, else since the server started."""
+        snap = self.last
+        ev = ServerEvent(url=self.url, state=self.state, backend=self.backend, errors=self.errors,
+                         resets=self.window.resets, last_seen=self.last_seen, error=self.error,
+                         t=self._clock() if t is None else t)
+        if snap is None:
+            return ev
+        c = snap.counters
+        ev.model = snap.model
+        if self.router and self.router.active:
+            ev.model = self.router.active
+        if self.state == "up":
+            ev.requests_running = snap.requests_running
+            ev.requests_waiting = snap.requests_waiting
+            ev.kv_cache_usage = snap.kv_cache_usage
+        ev.num_drafts = int(c.num_drafts)
+        ev.num_draft_tokens = int(c.num_draft_tokens)
+        ev.num_accepted_tokens = int(c.num_accepted_tokens)
+        ev.num_accepted_tokens_per_pos = [int(v) for v in c.per_pos]
+        tot = self.window.total()
+        if tot is not None and tot.seconds > 0 and self.state == "up":
+            ev.generation_tokens_per_s = tot.tokens / tot.seconds
+            ev.prompt_tokens_per_s = tot.prompt_tokens / tot.seconds
+        if tot is not None and tot.num_draft_tokens > 0:
+            ev.acceptance_rate = acceptance_rate(tot.num_accepted_tokens, tot.num_draft_tokens)
+            ev.mean_accepted_length = mean_accepted_length(tot.num_accepted_tokens, tot.num_drafts)
+        else:
+            ev.acceptance_rate = acceptance_rate(c.num_accepted_tokens, c.num_draft_tokens)
+            ev.mean_accepted_length = mean_accepted_length(c.num_accepted_tokens, c.num_drafts)
+        if tot is not None and tot.steps and tot.tokens:
+            ev.tokens_per_step = tot.tokens / tot.steps
+        elif c.steps:
+            ev.tokens_per_step = c.tokens / c.steps if c.tokens else None
+        if tot is not None:
+            ev.ttft_p50_s = self.window.quantile(TTFT, 0.5)
+            ev.ttft_p95_s = self.window.quantile(TTFT, 0.95)
+            ev.itl_p50_s = self.window.quantile(ITL, 0.5)
+            ev.itl_p95_s = self.window.quantile(ITL, 0.95)
+        if self.state == "up":
+            start = snap.start_time if snap.start_time is not None else self.up_since
+            if start is not None and self.last_seen is not None:
+                ev.uptime_s = max(0.0, self.last_seen - start)
+        return ev
+
+
+def model_status(model: dict[str, Any]) -> str:
+    """A router model's status (server-models.cpp): loaded, loading, unloaded, sleeping,
+    downloading; "failed" when its last load exited with an error."""
+    status = model.get("status")
+    if isinstance(status, dict):
+        if status.get("failed"):
+            return "failed"
+        return str(status.get("value", ""))
+    return str(status or "")
+
+
+class Poller:
+    """Runs `watch.poll()` every `interval` seconds on its own daemon thread and hands each
+    PollResult to `on_result` (called on the poller thread; keep it short)."""
+
+    def __init__(self, watch: ServerWatch, on_result: Callable[[PollResult], None], *,
+                 interval: float = DEFAULT_INTERVAL, name: str = ""):
+        if interval <= 0:
+            raise ValueError("interval must be > 0")
+        self.watch = watch
+        self.interval = interval
+        self._on_result = on_result
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()  # one poll at a time, also against poll_now()
+        self._thread = threading.Thread(target=self._run, name=name or f"poll {watch.url}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def poll_once(self) -> PollResult:
+        """One poll on the caller's thread (never concurrently with the timer's)."""
+        with self._lock:
+            return self.watch.poll()
+
+    def wake(self) -> None:
+        """Poll now instead of at the next tick (after a command changed the server)."""
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            with self._lock:
+                if self._stop.is_set():
+                    break
+                result = self.watch.poll()
+            if self._stop.is_set():
+                break
+            try:
+                self._on_result(result)
+            except Exception:  # a consumer's bug must not kill the poller  # noqa: BLE001
+                pass
+            elapsed = time.monotonic() - started
+            delay = max(self.interval - elapsed, self.interval * 0.25)
+            self._wake.wait(delay)
+            self._wake.clear()
+
+    def stop(self, join: float = 0.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if join and self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(join)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()

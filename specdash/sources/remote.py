@@ -1,0 +1,602 @@
+"""A running server as a source: llama-server, vLLM, or another specdash's --metrics-port.
+
+It polls the server on its own timer thread (remote.poller) and speaks the contract:
+
+    start        StatusEvent("loading", "connecting"); on the first good poll a SettingsEvent
+                 (source="remote") built from /props and the metrics, then "running"
+    every poll   CountersEvent (the deltas since the previous poll) and ServerEvent (the
+                 fleet row); on up<->down transitions StatusEvent("down", error) and back
+                 to "running"; a NoticeEvent when a counter reset shows the server restarted
+    NewPrompt    drive mode: the prompt goes to the server's completion endpoint and the
+                 streamed text comes back as PromptEvent, PrefillEvent, StepEvents, Summary
+    SetDrafter   llama-server in router mode (--models-preset): switch to the preset named
+                 (`model@ngram`, or just `ngram`): unload the current one, load that one
+    Stop         stops polling (as close())
+    anything     else is refused with a NoticeEvent saying why
+
+Credentials given as headers or URL userinfo never appear in any event (client.Redactor).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from specdash import events as E
+from specdash.events import Event, now
+from specdash.remote.backends import LlamaCppSnapshot, Snapshot
+from specdash.remote.client import Client, RemoteError, parse_url
+from specdash.remote.metrics import NotMetricsError, parse
+from specdash.remote.poller import (DEFAULT_INTERVAL, DEFAULT_WINDOW, Poller, PollResult, ServerWatch,
+                                    model_status)
+from specdash.remote.window import acceptance_rate, mean_accepted_length
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_TOKENS = 256
+_PRESET_WAIT_S = 300.0  # a router model load can take minutes on a slow disk
+
+READ_ONLY_VLLM = "vLLM is read-only from here: its settings are fixed when it starts"
+READ_ONLY_SPECDASH = "another specdash's --metrics-port is read-only; steer it in its own dashboard"
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    """One model a llama-server router offers (a --models-preset section or a cached model)."""
+
+    id: str
+    status: str  # loaded | loading | unloaded | sleeping | downloading | failed
+    active: bool = False
+
+
+def unavailable_controls(backend: str, *, router_presets: int = 0) -> dict[str, str]:
+    """What this kind of server cannot do from here, by command name, with why."""
+    if backend == "vllm":
+        return {name: READ_ONLY_VLLM for name in ("k", "draft", "temp", "adaptive", "experts", "pause", "forget")}
+    if backend == "specdash":
+        out = {name: READ_ONLY_SPECDASH for name in ("k", "draft", "temp", "adaptive", "experts", "pause", "forget")}
+        out["prompt"] = "another specdash's --metrics-port has no completion endpoint"
+        return out
+    out = {
+        "k": "llama-server sets the draft size at launch (--spec-draft-n-max); "
+             + ("use router presets (d)" if router_presets > 1 else
+                "start it in router mode with --models-preset to switch presets (d)"),
+        "temp": "llama-server's sampling defaults are set at launch; drive-mode prompts use them",
+        "adaptive": "llama-server has no adaptive K",
+        "experts": "llama-server sets the expert count at launch (--override-kv)",
+        "pause": "a server cannot be paused from here",
+        "forget": "llama-server keeps no adaptive state to forget",
+    }
+    if router_presets < 2:
+        out["draft"] = ("llama-server fixes its draft at launch (-md / --spec-type); start it in router "
+                        "mode with --models-preset to switch presets (d)")
+    return out
+
+
+@dataclass
+class _Drive:
+    """Reconstructs speculative steps from llama-server's per-token stream: with
+    `timings_per_token` every chunk carries the request's running draft_n and
+    draft_n_accepted, which change at the first token of each verified step; that step
+    then commits accepted + 1 tokens (the accepted drafts, then the target's own)."""
+
+    k: int | None
+    drafter: str
+    n_prompt: int = 0
+    step: int = 0
+    generated: int = 0
+    draft_n: int = 0
+    accepted_n: int = 0
+    num_drafts: int = 0
+    per_pos: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    _open: dict[str, Any] | None = None
+    _last_t: float = 0.0
+
+    def feed(self, content: str, token: int | None, timings: dict[str, Any] | None) -> Iterator[E.StepEvent]:
+        dn = da = 0
+        if timings:
+            draft_n = int(timings.get("draft_n", 0) or 0)
+            accepted_n = int(timings.get("draft_n_accepted", 0) or 0)
+            dn, da = max(0, draft_n - self.draft_n), max(0, accepted_n - self.accepted_n)
+            self.draft_n, self.accepted_n = max(self.draft_n, draft_n), max(self.accepted_n, accepted_n)
+        if self._open is not None and (dn or da):
+            yield from self.flush()  # the previous step was cut short (a stop word, the end)
+        if self._open is None:
+            self._open = {"drafted": dn, "accepted": da, "tokens": [], "pieces": [], "need": da + 1}
+            if dn:
+                self.num_drafts += 1
+                if len(self.per_pos) < max(da, self.k or 0):
+                    self.per_pos.extend([0] * (max(da, self.k or 0) - len(self.per_pos)))
+                for i in range(da):
+                    self.per_pos[i] += 1
+        group = self._open
+        if token is not None:
+            group["tokens"].append(token)
+        group["pieces"].append(content)
+        self.text.append(content)
+        if len(group["pieces"]) >= group["need"]:
+            yield from self.flush()
+
+    def flush(self) -> Iterator[E.StepEvent]:
+        group, self._open = self._open, None
+        if not group or not group["pieces"]:
+            return
+        t = now()
+        elapsed_ms = (t - self._last_t) * 1000.0 if self._last_t else 0.0
+        self._last_t = t
+        n = len(group["pieces"])
+        accepted = min(group["accepted"], n)
+        self.generated += n
+        self.step += 1
+        yield E.StepEvent(
+            step=self.step, k=self.k or group["drafted"], drafter=self.drafter if group["drafted"] else "none",
+            drafted=group["drafted"], accepted=group["accepted"], tokens=list(group["tokens"]),
+            pieces=list(group["pieces"]), from_draft=[i < accepted for i in range(n)],
+            draft_ms=0.0, verify_ms=elapsed_ms, other_ms=0.0, n_past=self.n_prompt + self.generated,
+            n_generated=self.generated, t=t)
+
+
+class RemoteSource:
+    """One server as a Source (specdash.sources.base). Construct, then `start(emit)`."""
+
+    kind = "remote"
+
+    def __init__(self, url: str, *, headers: dict[str, str] | None = None,
+                 interval: float = DEFAULT_INTERVAL, window: float = DEFAULT_WINDOW,
+                 prompt: str | None = None, prompt_title: str = "", max_tokens: int = DEFAULT_MAX_TOKENS,
+                 connect_timeout: float = 2.0, read_timeout: float = 5.0,
+                 client: Client | None = None):
+        self.client = client or Client(parse_url(url), headers, connect_timeout=connect_timeout,
+                                       read_timeout=read_timeout)
+        self.label = self.client.display
+        self.url = self.client.display
+        self.interval = interval
+        self.max_tokens = max_tokens
+        self.watch = ServerWatch(self.client, window=window)
+        self.poller = Poller(self.watch, self._on_poll, interval=interval)
+        self._emit: Callable[[Event], None] | None = None
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._settings: E.SettingsEvent | None = None
+        self._server: E.ServerEvent = E.ServerEvent(url=self.url, state="starting")
+        self._status = ""
+        self._pending_command = ""
+        self._prompts: queue.Queue[E.NewPrompt | None] = queue.Queue()
+        self._driver: threading.Thread | None = None
+        self._stream_cancel = threading.Event()
+        if prompt:
+            self._prompts.put(E.NewPrompt(prompt, prompt_title or "prompt"))
+
+    # --- Source protocol ---
+
+    def start(self, emit: Callable[[Event], None]) -> None:
+        self._emit = emit
+        self._status = "loading"
+        emit(E.StatusEvent("loading", f"connecting to {self.url}", t=now()))
+        self.poller.start()
+        self._driver = threading.Thread(target=self._drive_loop, name=f"drive {self.url}", daemon=True)
+        self._driver.start()
+
+    def send(self, cmd: E.Command) -> None:
+        if self._closed.is_set():
+            return
+        if isinstance(cmd, E.Stop):
+            self.close()
+            return
+        if isinstance(cmd, E.NewPrompt):
+            reason = self._settings.unavailable.get("prompt") if self._settings else None
+            if reason:
+                self._notice("warning", f"{cmd.text()} refused: {reason}")
+                return
+            self._prompts.put(cmd)
+            return
+        if isinstance(cmd, E.SetDrafter):
+            threading.Thread(target=self._switch_preset, args=(cmd,), name=f"preset {self.url}", daemon=True).start()
+            return
+        name = E.COMMAND_NAMES.get(type(cmd), cmd.text())
+        reason = (self._settings.unavailable.get(name) if self._settings else None) or \
+            unavailable_controls(self.watch.backend or "llamacpp").get(name) or \
+            f"a remote server cannot {name!r} from here"
+        self._notice("warning", f"{cmd.text()} refused: {reason}")
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._stream_cancel.set()
+        self.poller.stop()
+        self._prompts.put(None)
+        # The client is closed by the poller thread's exit would race; close it here: an
+        # in-flight request fails at once, which the threads treat as the end.
+        try:
+            self.client.close()
+        except Exception:  # noqa: BLE001 - closing is best effort
+            pass
+
+    # --- for the dashboard and the CLI ---
+
+    @property
+    def server(self) -> E.ServerEvent:
+        """The latest fleet row (a copy is not needed: events are replaced, not mutated)."""
+        return self._server
+
+    @property
+    def settings(self) -> E.SettingsEvent | None:
+        return self._settings
+
+    def presets(self) -> list[Preset]:
+        """A llama-server router's models, for the `d` picker ([] when not a router)."""
+        router = self.watch.router
+        if router is None:
+            return []
+        return [Preset(str(m.get("id")), model_status(m), str(m.get("id")) == router.active)
+                for m in router.models]
+
+    def poll_now(self) -> E.ServerEvent:
+        """One poll on the caller's thread (not concurrent with the timer's); the row."""
+        result = self.poller.poll_once()
+        self._on_poll(result)
+        return self._server
+
+    # --- polling ---
+
+    def _put(self, ev: Event) -> None:
+        if self._emit is not None and not self._closed.is_set():
+            self._emit(ev)
+
+    def _notice(self, level: str, message: str) -> None:
+        self._put(E.NoticeEvent(level, self.client.redact(message), t=now()))
+
+    def _on_poll(self, r: PollResult) -> None:
+        try:
+            self._handle_poll(r)
+        except Exception:  # a bug here must not stop the polls; it is logged
+            log.exception("remote source %s: handling a poll failed", self.url)
+
+    def _handle_poll(self, r: PollResult) -> None:
+        w = self.watch
+        if r.ok and r.snapshot is not None:
+            if r.props_changed or self._settings is None or self._settings_differ(r.snapshot):
+                self._emit_settings(r.snapshot)
+            if self._status != "running":
+                self._status = "running"
+                self._put(E.StatusEvent("running", f"{self.url}: {w.backend} up", t=r.t))
+            if r.reset:
+                self._notice("warning", f"{self.url}: counters went down: the server restarted "
+                             f"(reset #{w.window.resets}); rates start again from here")
+            if r.delta is not None:
+                d = r.delta
+                self._put(E.CountersEvent(
+                    seconds=d.seconds, tokens=d.tokens, steps=d.steps or 0, num_drafts=d.num_drafts,
+                    num_draft_tokens=d.num_draft_tokens, num_accepted_tokens=d.num_accepted_tokens,
+                    num_accepted_tokens_per_pos=list(d.per_pos), prompt_tokens=d.prompt_tokens,
+                    k=r.snapshot.k, t=r.t))
+        else:
+            state = w.state  # down | starting
+            if self._status != state or r.state_changed:
+                self._status = state
+                self._put(E.StatusEvent(state if state == "down" else "loading", w.error, t=r.t))
+        self._server = w.server_event(r.t)
+        self._put(self._server)
+
+    def _settings_differ(self, snap: Snapshot) -> bool:
+        s = self._settings
+        return s is None or s.k != snap.k or s.target != self._target(snap)
+
+    def _target(self, snap: Snapshot) -> str:
+        router = self.watch.router
+        return (router.active if router and router.active else "") or snap.model or self.url
+
+    def _drafter(self, snap: Snapshot) -> str:
+        if isinstance(snap, LlamaCppSnapshot):
+            types = ""
+            for slot in snap.slots:
+                if slot.spec_types:
+                    types = slot.spec_types
+                    break
+            if not types:
+                dgs = _dict((self.watch.props or {}).get("default_generation_settings"))
+                types = str(_dict(dgs.get("params")).get("speculative.types") or "")
+            if types and types != "none":
+                return types
+            if snap.counters.per_pos or any(s.speculative for s in snap.slots):
+                return "speculative"
+            return "none"
+        if snap.backend == "specdash":
+            return getattr(snap, "drafter", "") or ("speculative" if snap.counters.per_pos else "none")
+        return "speculative" if snap.counters.per_pos or snap.counters.num_drafts else "none"
+
+    def _emit_settings(self, snap: Snapshot) -> None:
+        props = self.watch.props or {}
+        dgs = _dict(props.get("default_generation_settings"))
+        params = _dict(dgs.get("params"))
+        router = self.watch.router
+        n_presets = len(router.models) if router else 0
+
+        def num(key: str) -> float | None:
+            v = params.get(key)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        n_predict = num("n_predict")
+        seed = num("seed")
+        top_k = num("top_k")
+        n_ctx = dgs.get("n_ctx")
+        path = props.get("model_path")
+        ev = E.SettingsEvent(
+            source="remote", target=self._target(snap), drafter=self._drafter(snap), k=snap.k,
+            temperature=num("temperature"), top_k=int(top_k) if top_k is not None else None,
+            top_p=num("top_p"), seed=int(seed) if seed is not None and 0 <= seed < 2**32 - 1 else None,
+            ctx=n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None,
+            max_tokens=int(n_predict) if n_predict is not None and n_predict > 0 else None,
+            target_path=path if isinstance(path, str) and path and path != "none" else None,
+            command=self._pending_command,
+            unavailable=unavailable_controls(snap.backend, router_presets=n_presets), t=now())
+        self._pending_command = ""
+        self._settings = ev
+        self._put(ev)
+
+    # --- router presets ---
+
+    def _find_preset(self, spec: str) -> str | None:
+        router = self.watch.router
+        if router is None:
+            return None
+        ids = [str(m.get("id")) for m in router.models]
+        if spec in ids:
+            return spec
+        for model_id in ids:
+            _, _, tail = model_id.rpartition("@")
+            if tail == spec or model_id.endswith("@" + spec):
+                return model_id
+        return None
+
+    def _switch_preset(self, cmd: E.SetDrafter) -> None:
+        w = self.watch
+        if w.backend in ("vllm", "specdash"):
+            self._notice("warning", f"{cmd.text()} refused: {unavailable_controls(w.backend)['draft']}")
+            return
+        try:
+            # Probe before offering: only a router lists presets under /models.
+            with self.poller._lock:
+                if w.router is not None:
+                    w.refresh_router()
+            if w.router is None or len(w.router.models) < 2:
+                self._notice("warning", f"{cmd.text()} refused: {unavailable_controls('llamacpp')['draft']}")
+                return
+            target = self._find_preset(cmd.spec)
+            if target is None:
+                names = ", ".join(str(m.get("id")) for m in w.router.models)
+                self._notice("warning", f"{cmd.text()} refused: {self.url} has no preset {cmd.spec!r}; "
+                             f"it offers {names}")
+                return
+            current = w.router.active
+            if target == current:
+                self._notice("info", f"{cmd.text()}: {target} is already the active preset")
+                return
+            self._notice("info", f"{cmd.text()}: switching {self.url} from {current} to {target}")
+            if current:
+                self.client.post_json("/models/unload", {"model": current})
+            status = next((model_status(m) for m in w.router.models if str(m.get("id")) == target), "")
+            if status not in ("loaded", "loading"):
+                self.client.post_json("/models/load", {"model": target})
+            deadline = time.monotonic() + _PRESET_WAIT_S
+            while not self._closed.is_set() and time.monotonic() < deadline:
+                with self.poller._lock:
+                    w.refresh_router()
+                    loaded = next((model_status(m) for m in w.router.models
+                                   if str(m.get("id")) == target), "")
+                    if loaded == "loaded":
+                        w.router.active = target
+                        w.window.clear()  # another process: a new baseline, not a reset
+                        w.last = None
+                        w._need_props = True
+                        self._pending_command = cmd.text()
+                        break
+                    if loaded == "failed":
+                        raise RemoteError("http", f"{self.url}: preset {target} failed to load; "
+                                          f"see the llama-server log")
+                self._closed.wait(0.5)
+            else:
+                if not self._closed.is_set():
+                    raise RemoteError("timeout", f"{self.url}: preset {target} did not load within "
+                                      f"{_PRESET_WAIT_S:g}s")
+            self.poller.wake()
+        except RemoteError as exc:
+            self._notice("error", f"{cmd.text()} failed: {exc}")
+
+    # --- drive mode ---
+
+    def _drive_loop(self) -> None:
+        while not self._closed.is_set():
+            item = self._prompts.get()
+            if item is None or self._closed.is_set():
+                return
+            # Wait for the first poll: the backend decides the endpoint.
+            deadline = time.monotonic() + 30.0
+            while not self.watch.backend and not self._closed.is_set() and time.monotonic() < deadline:
+                self._closed.wait(0.1)
+            if self._closed.is_set():
+                return
+            self._stream_cancel.clear()
+            try:
+                self._drive(item)
+            except RemoteError as exc:
+                self._notice("error", f"prompt failed: {exc}")
+            except Exception as exc:  # noqa: BLE001 - shown, and the source stays alive
+                if not self._closed.is_set():
+                    log.exception("drive mode on %s", self.url)
+                    self._notice("error", self.client.redact(f"prompt failed: {type(exc).__name__}: {exc}"))
+
+    def _metrics_counts(self) -> dict[str, Any] | None:
+        """The speculative counters right now (for a prompt's exact per-position counts)."""
+        try:
+            from specdash.remote.backends import snapshot as take
+            query = {"model": self.watch.router.active, "autoload": "false"} \
+                if self.watch.router and self.watch.router.active else None
+            scrape = parse(self.client.metrics_text(query))
+            backend = scrape.backend()
+            if backend is None:
+                return None
+            c = take(scrape, backend).counters
+            return {"drafts": c.num_drafts, "draft_tokens": c.num_draft_tokens,
+                    "accepted": c.num_accepted_tokens, "per_pos": list(c.per_pos)}
+        except (RemoteError, NotMetricsError, ValueError):
+            return None
+
+    def _drive(self, cmd: E.NewPrompt) -> None:
+        backend = self.watch.backend
+        if backend == "specdash" or not backend:
+            reason = unavailable_controls("specdash")["prompt"] if backend else f"{self.url} never answered"
+            self._notice("warning", f"prompt refused: {reason}")
+            return
+        self._put(E.PromptEvent(cmd.title or "prompt", cmd.text_, t=now()))
+        before = self._metrics_counts()
+        if backend == "llamacpp":
+            summary = self._drive_llamacpp(cmd.text_)
+        else:
+            summary = self._drive_openai(cmd.text_)
+        if summary is None:
+            return
+        after = self._metrics_counts()
+        if before and after:
+            d_tokens = after["draft_tokens"] - before["draft_tokens"]
+            d_acc = after["accepted"] - before["accepted"]
+            exact = backend != "llamacpp" or (d_tokens == summary.num_draft_tokens and d_acc == summary.num_accepted_tokens)
+            if exact and (backend != "llamacpp" or d_tokens > 0):
+                # The server's own counts for this request (nothing else ran meanwhile).
+                summary.num_drafts = int(after["drafts"] - before["drafts"])
+                summary.num_draft_tokens = int(d_tokens)
+                summary.num_accepted_tokens = int(d_acc)
+                n = max(len(after["per_pos"]), len(before["per_pos"]))
+                summary.num_accepted_tokens_per_pos = [
+                    int((after["per_pos"][i] if i < len(after["per_pos"]) else 0)
+                        - (before["per_pos"][i] if i < len(before["per_pos"]) else 0)) for i in range(n)]
+                summary.acceptance_rate = acceptance_rate(summary.num_accepted_tokens, summary.num_draft_tokens)
+                summary.mean_accepted_length = mean_accepted_length(
+                    summary.num_accepted_tokens, summary.num_drafts) or 1.0
+        summary.t = now()
+        self._put(summary)
+        self.poller.wake()
+
+    def _drive_llamacpp(self, prompt: str) -> E.Summary | None:
+        settings = self._settings
+        drive = _Drive(k=settings.k if settings else None, drafter=settings.drafter if settings else "speculative")
+        body: dict[str, Any] = {"prompt": prompt, "stream": True, "n_predict": self.max_tokens,
+                                "timings_per_token": True}
+        if self.watch.router and self.watch.router.active:
+            body["model"] = self.watch.router.active
+        final: dict[str, Any] = {}
+        prefilled = False
+        t0 = now()
+        for chunk in self.client.stream_events("/completion", body):
+            if self._stream_cancel.is_set():
+                break
+            if "error" in chunk:
+                err = chunk["error"]
+                msg = err.get("message") if isinstance(err, dict) else str(err)
+                raise RemoteError("http", f"{self.url}/completion: {msg}")
+            timings = _dict(chunk.get("timings")) or None
+            if not prefilled and timings and (chunk.get("content") or chunk.get("stop")):
+                prefilled = True
+                drive.n_prompt = int(chunk.get("tokens_evaluated") or timings.get("prompt_n") or 0)
+                self._put(E.PrefillEvent(int(timings.get("prompt_n") or 0), float(timings.get("prompt_ms") or 0.0), t=now()))
+            content = chunk.get("content")
+            tokens = chunk.get("tokens") if isinstance(chunk.get("tokens"), list) else []
+            if isinstance(content, str) and (content or tokens) and not chunk.get("stop"):
+                token = tokens[0] if tokens and isinstance(tokens[0], int) else None
+                for step in drive.feed(content, token, timings):
+                    self._put(step)
+            if chunk.get("stop"):
+                final = chunk
+                if isinstance(content, str) and content:
+                    for step in drive.feed(content, None, timings):
+                        self._put(step)
+                break
+        for step in drive.flush():
+            self._put(step)
+        if self._closed.is_set():
+            return None
+        timings = _dict(final.get("timings"))
+        stopped = not final
+        stop_type = str(final.get("stop_type", ""))
+        stop_reason = ("stopped" if stopped else "context" if final.get("truncated") else
+                       "max_tokens" if stop_type == "limit" else "eos")
+        n_gen = int(timings.get("predicted_n") or final.get("tokens_predicted") or drive.generated)
+        draft_n = int(timings.get("draft_n") or drive.draft_n)
+        acc_n = int(timings.get("draft_n_accepted") or drive.accepted_n)
+        predicted_ms = float(timings.get("predicted_ms") or (now() - t0) * 1000.0)
+        return E.Summary(
+            text="".join(drive.text), stop_reason=stop_reason,
+            n_prompt=int(final.get("tokens_evaluated") or timings.get("prompt_n") or drive.n_prompt),
+            n_generated=n_gen, num_drafts=drive.num_drafts, num_draft_tokens=draft_n,
+            num_accepted_tokens=acc_n, num_accepted_tokens_per_pos=list(drive.per_pos),
+            acceptance_rate=acceptance_rate(acc_n, draft_n),
+            mean_accepted_length=mean_accepted_length(acc_n, drive.num_drafts) or 1.0,
+            tokens_per_s=float(timings.get("predicted_per_second") or 0.0),
+            prefill_tokens_per_s=float(timings.get("prompt_per_second") or 0.0),
+            prefill_ms=float(timings.get("prompt_ms") or 0.0), decode_s=predicted_ms / 1000.0,
+            draft_ms=0.0, verify_ms=predicted_ms, other_ms=0.0, steps=drive.step)
+
+    def _drive_openai(self, prompt: str) -> E.Summary | None:
+        """vLLM (or any OpenAI-compatible server): /v1/completions, streamed. No per-step
+        speculative detail comes back; the summary's come from /metrics deltas."""
+        model = self.watch.last.model.split(", ")[0] if self.watch.last else ""
+        body: dict[str, Any] = {"prompt": prompt, "stream": True, "max_tokens": self.max_tokens,
+                                "stream_options": {"include_usage": True}}
+        if model:
+            body["model"] = model
+        t0 = now()
+        first: float | None = None
+        last = t0
+        text: list[str] = []
+        usage: dict[str, Any] = {}
+        finish = ""
+        step = 0
+        for chunk in self.client.stream_events("/v1/completions", body):
+            if self._stream_cancel.is_set():
+                break
+            if "error" in chunk:
+                err = chunk["error"]
+                msg = err.get("message") if isinstance(err, dict) else str(err)
+                raise RemoteError("http", f"{self.url}/v1/completions: {msg}")
+            if isinstance(chunk.get("usage"), dict):
+                usage = chunk["usage"]
+            for choice in chunk.get("choices") or []:
+                piece = choice.get("text") if isinstance(choice, dict) else None
+                if isinstance(choice, dict) and choice.get("finish_reason"):
+                    finish = str(choice["finish_reason"])
+                if not isinstance(piece, str) or not piece:
+                    continue
+                t = now()
+                if first is None:
+                    first = t
+                    self._put(E.PrefillEvent(int(usage.get("prompt_tokens") or 0), (t - t0) * 1000.0, t=t))
+                step += 1
+                text.append(piece)
+                self._put(E.StepEvent(step=step, k=self._settings.k or 0 if self._settings else 0,
+                                      drafter="none", drafted=0, accepted=0, tokens=[], pieces=[piece],
+                                      from_draft=[False], draft_ms=0.0, verify_ms=(t - last) * 1000.0,
+                                      other_ms=0.0, n_past=step, n_generated=step, t=t))
+                last = t
+        if self._closed.is_set():
+            return None
+        n_gen = int(usage.get("completion_tokens") or step)
+        decode_s = max(0.0, last - (first or last))
+        return E.Summary(
+            text="".join(text), stop_reason="max_tokens" if finish == "length" else "eos" if finish else "stopped",
+            n_prompt=int(usage.get("prompt_tokens") or 0), n_generated=n_gen, num_drafts=0,
+            num_draft_tokens=0, num_accepted_tokens=0, num_accepted_tokens_per_pos=[],
+            acceptance_rate=None, mean_accepted_length=1.0,
+            tokens_per_s=(n_gen - 1) / decode_s if decode_s > 0 and n_gen > 1 else 0.0,
+            prefill_tokens_per_s=0.0, prefill_ms=((first or t0) - t0) * 1000.0, decode_s=decode_s,
+            draft_ms=0.0, verify_ms=decode_s * 1000.0, other_ms=0.0, steps=step)

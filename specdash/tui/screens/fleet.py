@@ -1,0 +1,281 @@
+"""The fleet: one row per attached server, rendered only from ServerEvents.
+
+Feed it with `update_server(ev)` (on the UI thread). Sort with `s` (next column) and
+`r` (reverse), or by clicking a column header (again to reverse). Enter on a row posts
+`FleetScreen.Open(url)`; the app opens that server's full dashboard.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.coordinate import Coordinate
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from specdash.events import ServerEvent
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def busy_queued(ev: ServerEvent) -> str:
+    if ev.requests_running is None and ev.requests_waiting is None:
+        return "–"
+    run = "–" if ev.requests_running is None else str(ev.requests_running)
+    wait = "–" if ev.requests_waiting is None else str(ev.requests_waiting)
+    return f"{run}/{wait}"
+
+
+def status_text(ev: ServerEvent, wall: float | None = None) -> str:
+    """'up', 'starting · why', or 'down · last seen 12s ago · error'."""
+    wall = time.time() if wall is None else wall
+    if ev.state == "up":
+        return "up" if not ev.resets else f"up · {ev.resets} reset{'s' if ev.resets > 1 else ''}"
+    seen = "never seen" if ev.last_seen is None else f"last seen {fmt_duration(max(0.0, wall - ev.last_seen))} ago"
+    parts = [ev.state, seen] if ev.state == "down" else [ev.state]
+    if ev.error:
+        parts.append(ev.error)
+    return " · ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    key: str
+    label: str
+    render: Callable[[ServerEvent], str]
+    sort: Callable[[ServerEvent], Any]
+    numeric: bool = True
+
+
+def _n(value: float | int | None) -> tuple[int, float]:
+    """Sort key: unknown values last in ascending order."""
+    return (1, 0.0) if value is None else (0, float(value))
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("server", "server", lambda e: e.url, lambda e: (0, e.url), numeric=False),
+    Column("model", "model", lambda e: e.model or "–", lambda e: (0 if e.model else 1, e.model), numeric=False),
+    Column("backend", "backend", lambda e: e.backend or "–", lambda e: (0 if e.backend else 1, e.backend), numeric=False),
+    Column("busy", "busy/queued", busy_queued,
+           lambda e: _n(None if e.requests_running is None else e.requests_running + (e.requests_waiting or 0) / 1000)),
+    Column("gen", "gen tok/s", lambda e: _num(e.generation_tokens_per_s, ".1f"), lambda e: _n(e.generation_tokens_per_s)),
+    Column("prompt", "prompt tok/s", lambda e: _num(e.prompt_tokens_per_s, ".1f"), lambda e: _n(e.prompt_tokens_per_s)),
+    Column("acceptance", "acceptance", lambda e: _num(e.acceptance_rate, ".0%"), lambda e: _n(e.acceptance_rate)),
+    Column("mean_len", "mean len", lambda e: _num(e.mean_accepted_length, ".2f"), lambda e: _n(e.mean_accepted_length)),
+    Column("per_step", "tok/step", lambda e: _num(e.tokens_per_step, ".2f"), lambda e: _n(e.tokens_per_step)),
+    Column("uptime", "uptime", lambda e: fmt_duration(e.uptime_s), lambda e: _n(e.uptime_s)),
+    Column("errors", "errors", lambda e: str(e.errors), lambda e: _n(e.errors)),
+    Column("status", "status", status_text, lambda e: (0, {"up": 0, "starting": 1}.get(e.state, 2), e.url), numeric=False),
+)
+COLUMN_KEYS = tuple(c.key for c in COLUMNS)
+_BY_KEY = {c.key: c for c in COLUMNS}
+
+
+class FleetScreen(Screen[None]):
+    DEFAULT_CSS = """
+    FleetScreen DataTable { height: 1fr; }
+    FleetScreen #fleet-hint { height: 1; color: $text-muted; padding: 0 1; }
+    """
+
+    BINDINGS = [
+        Binding("s", "cycle_sort", "Sort", id="fleet.sort"),
+        Binding("r", "reverse_sort", "Reverse", id="fleet.reverse"),
+    ]
+
+    class Open(Message):
+        """Enter on a row: open this server's full dashboard."""
+
+        def __init__(self, url: str) -> None:
+            super().__init__()
+            self.url = url
+
+    def __init__(self, *, sort_key: str = "server", reverse: bool = False, name: str | None = None,
+                 id: str | None = None) -> None:
+        super().__init__(name=name, id=id)
+        if sort_key not in _BY_KEY:
+            raise ValueError(f"sort_key {sort_key!r}: one of {', '.join(COLUMN_KEYS)}")
+        self.sort_key = sort_key
+        self.reverse = reverse
+        self.servers: dict[str, ServerEvent] = {}
+
+    def compose(self) -> ComposeResult:
+        table: DataTable[Any] = DataTable(id="fleet", cursor_type="row", zebra_stripes=True)
+        yield table
+        yield Static(self._hint(), id="fleet-hint")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.table
+        for col in COLUMNS:
+            table.add_column(col.label, key=col.key)
+        for ev in list(self.servers.values()):
+            self._put_row(ev)
+        self._sort()
+        table.focus()
+        self.set_interval(1.0, self._refresh_ages)
+
+    @property
+    def table(self) -> DataTable[Any]:
+        return self.query_one("#fleet", DataTable)
+
+    def _hint(self) -> str:
+        label = _BY_KEY[self.sort_key].label
+        return f"sorted by {label}{' (reversed)' if self.reverse else ''} · s: next column · r: reverse · Enter: open"
+
+    # --- data ---
+
+    def update_server(self, ev: ServerEvent) -> None:
+        """One server's latest row. Call on the UI thread."""
+        self.servers[ev.url] = ev
+        if self.is_mounted:
+            self._put_row(ev)
+            self._sort()
+
+    def _cells(self, ev: ServerEvent) -> list[str | Text]:
+        out: list[str | Text] = []
+        for col in COLUMNS:
+            if col.key == "server":
+                out.append(ev.url)  # the raw URL: the sort key looks the row up by it
+                continue
+            text = col.render(ev)
+            style = ""
+            if col.key == "status":
+                style = "bold red" if ev.state == "down" else "yellow" if ev.state != "up" else "green"
+            elif ev.state == "down":
+                style = "dim"
+            out.append(Text(text, style=style, justify="right" if col.numeric else "left"))
+        return out
+
+    def _put_row(self, ev: ServerEvent) -> None:
+        table = self.table
+        cells = self._cells(ev)
+        if ev.url in table.rows:
+            for col, value in zip(COLUMNS, cells):
+                table.update_cell(ev.url, col.key, value)
+        else:
+            table.add_row(*cells, key=ev.url)
+
+    def _refresh_ages(self) -> None:
+        table = self.table
+        for url, ev in self.servers.items():
+            if ev.state != "up" and url in table.rows:
+                table.update_cell(url, "status", self._cells(ev)[-1])
+
+    # --- sorting ---
+
+    def _sort(self) -> None:
+        """Rows in the chosen order; unknown values ("–") stay last either way."""
+        col = _BY_KEY[self.sort_key]
+        known, unknown = [], []
+        for url, ev in self.servers.items():
+            key = col.sort(ev)
+            (unknown if isinstance(key, tuple) and key and key[0] == 1 else known).append((key, url))
+        known.sort(reverse=self.reverse)
+        unknown.sort(key=lambda item: item[1])
+        rank = {url: i for i, (_, url) in enumerate(known + unknown)}
+        self.table.sort("server", key=lambda url: rank.get(str(url), len(rank)))
+        self.query_one("#fleet-hint", Static).update(self._hint())
+
+    def sort_by(self, key: str, reverse: bool | None = None) -> None:
+        if key not in _BY_KEY:
+            raise ValueError(f"sort key {key!r}: one of {', '.join(COLUMN_KEYS)}")
+        self.sort_key = key
+        if reverse is not None:
+            self.reverse = reverse
+        self._sort()
+
+    def action_cycle_sort(self) -> None:
+        i = COLUMN_KEYS.index(self.sort_key)
+        self.sort_by(COLUMN_KEYS[(i + 1) % len(COLUMN_KEYS)], reverse=False)
+
+    def action_reverse_sort(self) -> None:
+        self.sort_by(self.sort_key, reverse=not self.reverse)
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        event.stop()
+        key = str(event.column_key.value)
+        if key == self.sort_key:
+            self.sort_by(key, reverse=not self.reverse)
+        else:
+            self.sort_by(key, reverse=False)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if event.row_key.value is not None:
+            self.post_message(self.Open(str(event.row_key.value)))
+
+    @property
+    def order(self) -> list[str]:
+        """URLs in display order (for tests and the app)."""
+        table = self.table
+        return [str(table.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value) for row in range(table.row_count)]
+
+
+# --- a minimal host: the fleet table alone (until the dashboard app hosts it) ---
+
+
+class _Drain(Message):
+    """Events are waiting in the outboxes."""
+
+
+class FleetApp(App[int]):
+    """The fleet table on its own, fed by RemoteSources through Outboxes. `q` quits."""
+
+    BINDINGS = [Binding("q", "quit", "Quit", id="fleet.quit")]
+
+    def __init__(self, sources: Sequence[Any]) -> None:
+        super().__init__()
+        self.sources = list(sources)
+        self.fleet = FleetScreen()
+        self._outboxes: list[Any] = []
+
+    def on_mount(self) -> None:
+        from specdash.sources.base import Outbox
+
+        self.push_screen(self.fleet)
+        for source in self.sources:
+            box = Outbox(self._ping, flush_interval=0.25)
+            self._outboxes.append(box)
+            source.start(box.emit)
+
+    def _ping(self) -> None:
+        self.post_message(_Drain())  # thread-safe
+
+    def on__drain(self, _: _Drain) -> None:
+        for box in self._outboxes:
+            for ev in box.drain():
+                if isinstance(ev, ServerEvent):
+                    self.fleet.update_server(ev)
+
+    def on_fleet_screen_open(self, message: FleetScreen.Open) -> None:
+        self.notify(f"{message.url}: the full panels are not wired into attach yet", timeout=3)
+
+    def on_unmount(self) -> None:
+        for source in self.sources:
+            source.close()
+
+
+def run_fleet_app(sources: Sequence[Any]) -> int:
+    return FleetApp(sources).run() or 0
