@@ -115,7 +115,8 @@ class CounterWindow:
             reset=reset,
         )
         self._deltas.append((t, delta))
-        while len(self._deltas) > 1 and t - self._deltas[0][0] > self.seconds:
+        # Keep the polls whose whole interval lies within the last `seconds` (at least one).
+        while len(self._deltas) > 1 and self._deltas[0][0] - self._deltas[0][1].seconds < t - self.seconds - 1e-9:
             self._deltas.popleft()
         return delta
 
