@@ -33,7 +33,7 @@ CALIBRATE_STEPS = 12  # what commands/dashboard.py runs at the start of a sessio
 
 HEADLESS = """
 import sys
-from specdash.engine.session import Session
+from specdash.session import Session
 from specdash.engine.settings import EngineSettings
 target, draft, k, n, prompt_file = sys.argv[1:6]
 s = Session(EngineSettings(target=target, draft=draft, k=int(k), threads=2, max_tokens=int(n)))

@@ -19,7 +19,7 @@ from specdash.engine.drafters.base import NoDrafter
 from specdash.engine.engine import Engine
 from specdash.engine.llm import LLM
 from specdash.engine.settings import EngineSettings
-from specdash.engine.stats import StepEvent, Summary
+from specdash.events import StepEvent, Summary
 from specdash.models.resolve import resolve_model
 from specdash.prompts import by_name
 

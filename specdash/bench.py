@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from collections.abc import Callable, Iterable
 
-from specdash.engine.drafters.base import Drafter, NoDrafter
-from specdash.engine.session import Session
-from specdash.engine.stats import Summary
+from specdash import events as E
+from specdash.errors import SpecdashError
+from specdash.events import Summary
 from specdash.prompts import Prompt
+from specdash.session import Session
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,11 @@ class Result:
     same_text_as_plain: bool
     runs: list[float] = field(default_factory=list)  # tok/s of each repeat
     experts: int | None = None  # MoE active experts the target ran with; None = not swept
+    # Per-step costs, less at the mercy of machine load than tok/s: what one target
+    # verify batch and one drafting call cost on average in these runs.
+    verify_ms_per_step: float = 0.0
+    draft_ms_per_step: float = 0.0
+    tokens_per_step: float = 0.0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -69,13 +75,15 @@ Runs = dict[tuple[str, Config], list[Summary]]
 def run_bench(
     session: Session,
     prompts: list[Prompt],
-    drafters: dict[str, Callable[[], Drafter]],
+    drafters: dict[str, str],
     configs: list[Config],
     *,
     max_tokens: int,
     repeat: int,
     progress: Callable[[str], None] = lambda line: None,
 ) -> list[Result]:
+    """`drafters` maps a config's drafter name ("draft", "lookup", ...) to the drafter
+    spec the engine is sent (SetDrafter), e.g. "draft" -> "qwen2.5-coder-0.5b"."""
     tokens = {p.name: session.prompt_tokens(p.text) for p in prompts}
     _warm_up(session, tokens[prompts[0].name])
     runs: Runs = {}
@@ -89,7 +97,7 @@ def run_expert_sweep(
     session: Session,
     expert_counts: list[int],
     prompts: list[Prompt],
-    drafters: dict[str, Callable[[], Drafter]],
+    drafters: dict[str, str],
     configs: list[Config],
     *,
     max_tokens: int,
@@ -109,7 +117,7 @@ def run_expert_sweep(
         for n in expert_counts[r % len(expert_counts):] + expert_counts[: r % len(expert_counts)]:
             if session.settings.experts != n:
                 progress(f"experts={n}: reloading the target")
-                session.set_experts(n)
+                _apply(session, [E.SetExperts(n)])
             _warm_up(session, tokens[prompts[0].name])
             report.tag = f"experts={n} "
             _round(session, r, prompts, tokens, drafters, configs, max_tokens, runs[n], report)
@@ -133,31 +141,34 @@ class _Progress:
         )
 
 
+def _apply(session: Session, commands: list[E.Command]) -> None:
+    """Send `commands` and apply them now (between runs), as a user's keys would be.
+    A refusal is an error here: the bench would otherwise measure the wrong thing."""
+    for cmd in commands:
+        session.send(cmd)
+    for ev in session.engine.apply_pending():
+        if isinstance(ev, E.NoticeEvent) and ev.level != "info":
+            raise SpecdashError(f"bench: {ev.message}")
+
+
 def _warm_up(session: Session, tokens: list[int]) -> None:
     # The first decodes after a load pay page faults on the weights.
     _consume(session.engine.generate(tokens, 16))
 
 
 def _round(session: Session, r: int, prompts: list[Prompt], tokens: dict[str, list[int]],
-           drafters: dict[str, Callable[[], Drafter]], configs: list[Config], max_tokens: int,
+           drafters: dict[str, str], configs: list[Config], max_tokens: int,
            runs: Runs, report: _Progress) -> None:
     """Every configuration once per prompt, starting at a different one each round."""
-    engine = session.engine
-    settings = engine.settings
-    plain = NoDrafter()
     for p in prompts:
         order = configs[r % len(configs):] + configs[: r % len(configs)]
         for cfg in order:
-            # A fresh drafter per run: the same prompt repeats, and a suffix drafter that
-            # remembered the last run's answer would measure memory, not speculation.
-            engine.drafter = plain if cfg.drafter == "plain" else drafters[cfg.drafter]()
-            settings.k = cfg.k
-            settings.adaptive = cfg.adaptive
-            if engine.controller is not None:
-                # Every run starts cold, as a user's first prompt would: what adaptive
-                # learned on another drafter, or on this very prompt, is not carried over.
-                engine.controller.reset()
-            summary = _consume(engine.generate(tokens[p.name], max_tokens))
+            spec = "none" if cfg.drafter == "plain" else drafters[cfg.drafter]
+            # Forget: every run starts cold, as a user's first prompt would. The same
+            # prompt repeats, and a suffix drafter that remembered the last run's answer,
+            # or adaptive K that learned on another drafter, would measure memory.
+            _apply(session, [E.SetDrafter(spec), E.SetK(cfg.k), E.SetAdaptive(cfg.adaptive), E.Forget()])
+            summary = _consume(session.engine.generate(tokens[p.name], max_tokens))
             runs.setdefault((p.name, cfg), []).append(summary)
             report(p.name, cfg, summary)
 
@@ -172,6 +183,7 @@ def _results(prompts: list[Prompt], configs: list[Config], runs: Runs) -> list[R
             tps = statistics.median(s.tokens_per_s for s in ss)
             drafted = sum(s.num_draft_tokens for s in ss)
             accepted = sum(s.num_accepted_tokens for s in ss)
+            drafts = sum(s.num_drafts for s in ss)
             steps = sum(s.steps for s in ss)
             results.append(
                 Result(
@@ -182,16 +194,19 @@ def _results(prompts: list[Prompt], configs: list[Config], runs: Runs) -> list[R
                     tokens_per_s=tps,
                     speedup=tps / base_tps if base_tps else 0.0,
                     acceptance_rate=accepted / drafted if drafted else None,
-                    mean_accepted_length=1 + accepted / steps if steps else 0.0,
+                    mean_accepted_length=1 + accepted / drafts if drafts else 0.0,
                     n_generated=ss[0].n_generated,
                     same_text_as_plain=all(s.text == base[0].text for s in ss),
                     runs=[s.tokens_per_s for s in ss],
+                    verify_ms_per_step=sum(s.verify_ms for s in ss) / steps if steps else 0.0,
+                    draft_ms_per_step=sum(s.draft_ms for s in ss) / steps if steps else 0.0,
+                    tokens_per_step=sum(s.n_generated for s in ss) / steps if steps else 0.0,
                 )
             )
     return results
 
 
-def _consume(events) -> Summary:
+def _consume(events: Iterable[E.Event]) -> Summary:
     summary = None
     for ev in events:
         if isinstance(ev, Summary):
@@ -204,7 +219,7 @@ def format_table(results: list[Result]) -> str:
     swept = any(r.experts is not None for r in results)
     ex_head = f"{'experts':>7} " if swept else ""
     head = (f"{'prompt':<16} {ex_head}{'drafter':<18} {'tok/s':>7} {'speedup':>8} {'accept':>7} "
-            f"{'mean len':>8}  same text")
+            f"{'mean len':>8} {'tok/step':>8} {'verify ms':>9} {'draft ms':>8}  same text")
     lines = [head, "-" * len(head)]
     prev = None
     for r in results:
@@ -216,8 +231,13 @@ def format_table(results: list[Result]) -> str:
         ex = f"{r.experts:>7} " if swept else ""
         lines.append(
             f"{r.prompt:<16} {ex}{label:<18} {r.tokens_per_s:7.1f} {r.speedup:7.2f}x {acc:>7} "
-            f"{r.mean_accepted_length:8.2f}  {'yes' if r.same_text_as_plain else 'NO'}"
+            f"{r.mean_accepted_length:8.2f} {r.tokens_per_step:8.2f} {r.verify_ms_per_step:9.1f} "
+            f"{r.draft_ms_per_step:8.1f}  {'yes' if r.same_text_as_plain else 'NO'}"
         )
+    lines.append(
+        "\nmean len = 1 + accepted / drafts (vLLM); tok/step = tokens per target step; verify ms and "
+        "draft ms are per step: costs that move less with machine load than tok/s."
+    )
     if not all(r.same_text_as_plain for r in results):
         lines.append(
             "\nsame text NO: the output left plain decoding's text at some token. Under greedy this "

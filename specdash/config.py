@@ -29,8 +29,9 @@ from typing import Any
 
 import tomli_w
 
-from specdash.engine.settings import EngineSettings
+from specdash.engine.settings import LIMIT, LIMITS, EngineSettings, Limit, SamplingParams, SettingError
 from specdash.errors import SpecdashError
+from specdash.events import SettingsEvent
 
 ENV_VAR = "SPECDASH_CONFIG"
 
@@ -54,86 +55,31 @@ class Config:
     ui: UISettings = field(default_factory=UISettings)
 
 
-@dataclass(frozen=True, slots=True)
-class _Key:
-    section: str
-    name: str
-    owner: str  # which settings object holds it: "engine", "sampling" or "ui"
-    kind: type
-    allowed: str  # completes "must be ..."
-    in_range: Callable[[Any], bool]
-    flag: str | None  # argparse dest that overrides it, None = file only
-
-
-def _int(section: str, name: str, owner: str, *, lo: int, hi: int | None = None,
-         flag: str | None = None) -> _Key:
-    allowed = f"an integer >= {lo}" if hi is None else f"an integer {lo}..{hi}"
-    return _Key(section, name, owner, int, allowed,
-                lambda v: v >= lo and (hi is None or v <= hi), flag)
-
-
-def _float(section: str, name: str, owner: str, *, lo: float, hi: float, lo_open: bool = False,
-           flag: str | None = None) -> _Key:
-    allowed = f"a number > {lo} and <= {hi}" if lo_open else f"a number {lo}..{hi}"
-    return _Key(section, name, owner, float, allowed,
-                lambda v: (v > lo if lo_open else v >= lo) and v <= hi, flag)
-
-
-def _str(section: str, name: str, owner: str, *, flag: str | None = None) -> _Key:
-    return _Key(section, name, owner, str, "a non-empty string", bool, flag)
-
-
-def _bool(section: str, name: str, owner: str, *, flag: str | None = None) -> _Key:
-    return _Key(section, name, owner, bool, "true or false", lambda v: True, flag)
-
-
-# Optional settings (threads, experts, seed, prompt, prompt_file) need no marking here:
-# TOML cannot say None, so None only ever arrives as "key omitted".
-_KEY_LIST = [
-    _str("model", "target", "engine", flag="target"),
-    _str("model", "draft", "engine", flag="draft"),
-    _int("model", "threads", "engine", lo=1, flag="threads"),
-    _int("model", "ctx", "engine", lo=256, flag="ctx"),
-    _int("model", "experts", "engine", lo=1, flag="experts"),
-    _int("speculative", "k", "engine", lo=0, flag="k"),
-    _bool("speculative", "adaptive", "engine", flag="adaptive"),
-    _int("speculative", "k_min", "engine", lo=0),
-    _int("speculative", "k_max", "engine", lo=0),
-    _float("speculative", "draft_p_min", "engine", lo=0, hi=1),
-    _int("speculative", "lookup_min_ngram", "engine", lo=1, hi=16),
-    _int("speculative", "lookup_max_ngram", "engine", lo=1, hi=16),
-    _float("sampling", "temperature", "sampling", lo=0, hi=5, flag="temp"),
-    _int("sampling", "top_k", "sampling", lo=0, flag="top_k"),
-    _float("sampling", "top_p", "sampling", lo=0, hi=1, lo_open=True, flag="top_p"),
-    # llama.cpp seeds are uint32
-    _int("sampling", "seed", "sampling", lo=0, hi=2**32 - 1, flag="seed"),
-    _int("generation", "max_tokens", "engine", lo=1, flag="max_tokens"),
-    _bool("generation", "raw", "engine", flag="raw"),
-    _str("generation", "prompt", "ui", flag="prompt"),
-    _str("generation", "prompt_file", "ui", flag="prompt_file"),
-    _str("ui", "theme", "ui", flag="theme"),
-    _float("ui", "refresh", "ui", lo=0.1, hi=60, flag="refresh"),
-    _str("ui", "screenshots_dir", "ui"),
-]
-_KEYS: dict[tuple[str, str], _Key] = {(k.section, k.name): k for k in _KEY_LIST}
+# The dashboard's own keys. The engine's come from engine.settings.LIMITS: one table, so
+# a limit here can never disagree with the CLI or the engine.
+UI_LIMITS: tuple[Limit, ...] = (
+    Limit("generation", "prompt", str, None, "the prompt text", optional=True, flag="prompt"),
+    Limit("generation", "prompt_file", str, None, "read the prompt from this file", optional=True,
+          flag="prompt_file"),
+    Limit("ui", "theme", str, "specdash-dark", "dashboard theme", flag="theme"),
+    Limit("ui", "refresh", float, 1.0, "seconds between telemetry polls / redraws", lo=0.1, hi=60,
+          flag="refresh"),
+    Limit("ui", "screenshots_dir", str, "~/specdash-screenshots", "where `s` saves screenshots"),
+)
+UI_LIMIT: dict[str, Limit] = {k.name: k for k in UI_LIMITS}
+_KEY_LIST: tuple[Limit, ...] = LIMITS + UI_LIMITS
+_KEYS: dict[tuple[str, str], Limit] = {(k.section, k.name): k for k in _KEY_LIST}
 SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(k.section for k in _KEY_LIST))
+_UI_NAMES = frozenset(k.name for k in UI_LIMITS)
 
 
-def _holder(config: Config, owner: str) -> Any:
-    return {"engine": config.engine, "sampling": config.engine.sampling, "ui": config.ui}[owner]
-
-
-def _coerce(key: _Key, value: Any) -> Any:
-    """The value as the settings field wants it; ValueError if TOML/argparse gave the
-    wrong type or it is out of range."""
-    # bool is an int subclass: `k = true` must not pass as k = 1.
-    if isinstance(value, bool) != (key.kind is bool):
-        raise ValueError
-    if key.kind is float and isinstance(value, int):
-        value = float(value)
-    if not isinstance(value, key.kind) or not key.in_range(value):
-        raise ValueError
-    return value
+def _engine_settings(flat: dict[str, Any], where: str) -> EngineSettings:
+    """EngineSettings from flat LIMITS names; an ordering conflict names `where`."""
+    sampling = {k: flat.pop(k) for k in list(flat) if LIMIT[k].sampling}
+    try:
+        return EngineSettings(**flat, sampling=SamplingParams(**sampling))
+    except SettingError as exc:
+        raise SpecdashError(f"{where} {exc}") from None
 
 
 def _show(value: Any) -> str:
@@ -199,6 +145,7 @@ def load_config(path: Path | str | None) -> Config:
     if path is None:
         return config
     path = Path(path)
+    flat = config.engine.flat()
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -228,33 +175,27 @@ def load_config(path: Path | str | None) -> Config:
                 hint = _suggest(section, name)
                 raise SpecdashError(f"{path}: unknown key [{section}] {name}: {hint}")
             try:
-                value = _coerce(key, value)
+                value = key.coerce(value)
             except ValueError:
                 raise SpecdashError(
                     f"{path}: [{section}] {name} = {_show(value)}: must be {key.allowed}"
                 ) from None
-            setattr(_holder(config, key.owner), name, value)
-    _check_consistency(config, path)
-    return config
-
-
-def _check_consistency(config: Config, path: Path) -> None:
-    engine, ui = config.engine, config.ui
-    for low, high in (("k_min", "k_max"), ("lookup_min_ngram", "lookup_max_ngram")):
-        lo, hi = getattr(engine, low), getattr(engine, high)
-        if lo > hi:
-            raise SpecdashError(
-                f"{path}: [speculative] {low} = {lo}, {high} = {hi}: {low} must be <= {high}"
-            )
-    if ui.prompt is not None and ui.prompt_file is not None:
+            if name in _UI_NAMES:
+                setattr(config.ui, name, value)
+            else:
+                flat[name] = value
+    config.engine = _engine_settings(flat, f"{path}: [speculative]")  # only ORDERED pairs can fail here
+    if config.ui.prompt is not None and config.ui.prompt_file is not None:
         raise SpecdashError(f"{path}: [generation] prompt and prompt_file are both set: keep one")
+    return config
 
 
 def to_toml(config: Config) -> dict[str, dict[str, Any]]:
     """The settings as TOML tables; None-valued settings are left out (TOML has no null)."""
     doc: dict[str, dict[str, Any]] = {}
+    flat = config.engine.flat()
     for key in _KEY_LIST:
-        value = getattr(_holder(config, key.owner), key.name)
+        value = getattr(config.ui, key.name) if key.name in _UI_NAMES else flat[key.name]
         if value is not None:
             doc.setdefault(key.section, {})[key.name] = value
     return doc
@@ -286,22 +227,30 @@ def apply_overrides(config: Config, args: Any) -> Config:
       temp (-> temperature), top_k, top_p, seed       -> [sampling]
       max_tokens, raw, prompt, prompt_file            -> [generation]
       theme, refresh                                  -> [ui]
-    Every flag needs default=None so "not given" is distinguishable from a value; for
-    the booleans (raw, adaptive) use action=argparse.BooleanOptionalAction, default=None.
+    A flag that was not given must be absent (argparse.SUPPRESS) or None.
     A given --prompt clears the file's prompt_file and vice versa. Values get the same
     checks as the file; an error names the flag as --dest-with-dashes.
     """
     result = copy.deepcopy(config)
+    flat = result.engine.flat()
+    given = []
     for key in _KEY_LIST:
-        value = None if key.flag is None else getattr(args, key.flag, None)
+        if key.flag is None:
+            continue
+        value = getattr(args, key.flag, None)
         if value is None:
             continue
         flag = "--" + key.flag.replace("_", "-")
+        given.append(flag)
         try:
-            value = _coerce(key, value)
+            value = key.coerce(value)
         except ValueError:
             raise SpecdashError(f"{flag} {_show(value)}: must be {key.allowed}") from None
-        setattr(_holder(result, key.owner), key.name, value)
+        if key.name in _UI_NAMES:
+            setattr(result.ui, key.name, value)
+        else:
+            flat[key.name] = value
+    result.engine = _engine_settings(flat, (" ".join(given) or "settings") + ":")
     prompt, prompt_file = getattr(args, "prompt", None), getattr(args, "prompt_file", None)
     if prompt is not None and prompt_file is not None:
         raise SpecdashError("--prompt and --prompt-file: give one, not both")
@@ -310,3 +259,15 @@ def apply_overrides(config: Config, args: Any) -> Config:
     if prompt_file is not None:
         result.ui.prompt = None
     return result
+
+
+def settings_from_event(event: SettingsEvent, base: EngineSettings) -> EngineSettings:
+    """The engine settings a SettingsEvent reports (what `w` writes and `r` restarts
+    with). An engine's event holds every setting; a field another source left unknown
+    (None where the setting cannot be None) keeps `base`'s value."""
+    flat = base.flat()
+    for lim in LIMITS:
+        value = getattr(event, lim.name)
+        if value is not None or lim.optional:
+            flat[lim.name] = value
+    return _engine_settings(flat, "settings:")

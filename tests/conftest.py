@@ -34,7 +34,7 @@ def gemma_path():
 @pytest.fixture(scope="session")
 def qwen_session():
     """One loaded default pair for the whole test run (loading costs seconds)."""
-    from specdash.engine.session import Session
+    from specdash.session import Session
     from specdash.engine.settings import EngineSettings
 
     s = Session(EngineSettings(threads=2, ctx=2048))

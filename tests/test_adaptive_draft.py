@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specdash.engine.adaptive_draft import propose_adaptive, sources_of
+from specdash.engine.adaptive_draft import propose_adaptive
 from specdash.engine.drafters.base import Borrowed, Draft
 from specdash.engine.drafters.chain import ChainDrafter
 from specdash.engine.drafters.lookup import PromptLookupDrafter
@@ -19,6 +19,7 @@ class CostlySource:
     """Stands in for a draft model: records the K it is asked for."""
 
     name = "draft"
+    label = "costly"
     free = False
 
     def __init__(self):
@@ -28,8 +29,12 @@ class CostlySource:
         self.asked.append(k)
         return Draft([7] * k, None, self.name) if k else Draft.empty(self.name)
 
+    def parts(self):
+        return [self]
+
     def prefill(self, tokens): ...
     def reset(self): ...
+    def forget(self): ...
     def close(self): ...
 
 
@@ -74,4 +79,6 @@ def test_k_cap_bounds_every_source_and_zero_cap_only_looks():
     lookup = PromptLookupDrafter(1, 4)
     draft, k, _ = propose_adaptive(lookup, COPY, ScriptedController(trim_to=9, k=9), "", 0, SP, RNG)
     assert draft.tokens == [] and k == 0
-    assert [type(s) for s in sources_of(Borrowed(lookup))] == [Borrowed]
+    assert [type(s) for s in Borrowed(lookup).parts()] == [Borrowed]
+    chain = ChainDrafter([lookup, costly])
+    assert Borrowed(chain).parts() == [lookup, costly]  # a lent chain is still a chain

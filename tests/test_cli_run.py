@@ -23,7 +23,12 @@ def test_json_lines_contract(smol_path):
                 "num_accepted_tokens", "stop_reason", "num_drafts", "num_accepted_tokens_per_pos"):
         assert key in summary
     assert steps and all(e["k"] <= 3 for e in steps)
-    assert summary["text"] == "".join(e["text"] for e in steps)
+    assert summary["text"] == "".join("".join(e["pieces"]) for e in steps)
+    # Exactly the event contract: every line is a schema-1 event that reads back unchanged.
+    from specdash.events import SCHEMA, from_dict, to_dict
+
+    assert all(e["schema"] == SCHEMA and to_dict(from_dict(e)) == e for e in events)
+    assert events[0]["event"] == "settings" and events[0]["source"] == "engine"
     assert summary["num_draft_tokens"] == sum(e["drafted"] for e in steps)
     assert summary["num_accepted_tokens"] == sum(e["accepted"] for e in steps)
     assert summary["stop_reason"] in ("eos", "max_tokens")
@@ -62,7 +67,19 @@ def test_incompatible_draft_names_the_rule(gemma_path, target_path):
 
 
 def test_negative_k():
-    assert_usage_error(specdash("run", "--k", "-1", "--prompt", "x"), "K", "-1")
+    assert_usage_error(specdash("run", "--k", "-1", "--prompt", "x"), "--k -1", "0..64")
+
+
+def test_k_above_the_adaptive_range_is_a_valid_fixed_k(smol_path):
+    """K=24 is the research's headline setting: a fixed K is not bound by the adaptive
+    controller's k_max (16 by default). Before the settings table, this run ended with
+    `starting K=24 refused: must lie in [k_min=0, k_max=16]`."""
+    proc = specdash("run", *SMALL, "--draft", "lookup", "--k", "24", "--max-tokens", "40",
+                    "--prompt", "Count from 1 to 30, separated by commas.", "--json")
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert events[0]["k"] == 24 and events[0]["k_max"] == 16
+    assert any(e["event"] == "step" and e["k"] > 16 for e in events)
 
 
 def test_prompt_longer_than_context(tmp_path, smol_path):

@@ -149,7 +149,7 @@ def test_none_path_means_defaults():
 
 def test_brief_example_message(tmp_path):
     message = load_error(tmp_path, "[speculative]\nk = -1\n")
-    assert message.endswith("config.toml: [speculative] k = -1: must be an integer >= 0")
+    assert message.endswith("config.toml: [speculative] k = -1: must be an integer 0..64")
 
 
 @pytest.mark.parametrize(
@@ -175,8 +175,8 @@ def test_brief_example_message(tmp_path):
         ("[ui]\nrefresh = 61", "[ui] refresh = 61: must be a number 0.1..60"),
         ("[sampling]\ntemperature = nan", "[sampling] temperature = nan: must be a number 0..5"),
         # wrong type
-        ("[speculative]\nk = true", "[speculative] k = true: must be an integer >= 0"),
-        ("[speculative]\nk = 2.0", "[speculative] k = 2.0: must be an integer >= 0"),
+        ("[speculative]\nk = true", "[speculative] k = true: must be an integer 0..64"),
+        ("[speculative]\nk = 2.0", "[speculative] k = 2.0: must be an integer 0..64"),
         ('[model]\nctx = "4096"', '[model] ctx = "4096": must be an integer >= 256'),
         ("[speculative]\nadaptive = 1", "[speculative] adaptive = 1: must be true or false"),
         ('[generation]\nraw = "yes"', '[generation] raw = "yes": must be true or false'),
@@ -362,7 +362,7 @@ def test_prompt_flag_replaces_prompt_file_and_vice_versa():
 @pytest.mark.parametrize(
     ("given", "expected"),
     [
-        ({"k": -1}, "--k -1: must be an integer >= 0"),
+        ({"k": -1}, "--k -1: must be an integer 0..64"),
         ({"temp": 9.0}, "--temp 9.0: must be a number 0..5"),
         ({"top_p": 0.0}, "--top-p 0.0: must be a number > 0 and <= 1"),
         ({"refresh": 0.0}, "--refresh 0.0: must be a number 0.1..60"),

@@ -265,8 +265,10 @@ def test_k_range_is_respected_and_validated():
     assert run(CostModelController(k_min=0, k_max=0), 5, ALL, 0.0, flat_verify_ms) == [0] * 5
     with pytest.raises(SpecdashError, match="k_min=5 k_max=3"):
         CostModelController(k_min=5, k_max=3)
-    with pytest.raises(SpecdashError, match="starting K=9"):
-        ThresholdController(k_init=9, k_max=8)
+    # A starting K outside the adaptive range is clamped into it, not refused: a fixed K
+    # (the operator's business) must never be limited by the controller's range.
+    assert ThresholdController(k_init=9, k_max=8).choose("")[0] == 8
+    assert CostModelController(k_init=24, k_max=16).k_init == 16
 
 
 # --- model-free drafts: trim by match length -----------------------------------------------
@@ -333,10 +335,26 @@ def test_new_prompt_keeps_what_was_learned_reset_forgets_it():
 
 
 @pytest.mark.parametrize("ctl", [ThresholdController(), CostModelController()], ids=["threshold", "cost"])
-def test_both_controllers_take_the_engines_observe_call(ctl):
-    # Engine.generate passes the draft's evidence and source by keyword; the baseline
-    # controller must accept them too, so it can be dropped into the engine.
+def test_both_controllers_take_every_call_the_engine_makes(ctl):
+    """Every method the engine (and propose_adaptive) calls, with the engine's arguments:
+    the baseline controller must be a drop-in. Before, ThresholdController.reset() took no
+    target_changed and a mid-run expert change killed the engine thread with a TypeError;
+    mypy now checks this too (controller.py's TYPE_CHECKING block)."""
+    # A GPU-like flat cost curve and every draft accepted: drafting more always pays.
+    ctl.seed_costs({1: 20.0, 2: 20.2, 3: 20.4, 5: 20.8, 9: 21.6, 17: 23.2})
+    assert ctl.needs_costs() is False
     for _ in range(40):
-        ctl.observe(4, 4, 4, 1.0, 30.0, 0.1, "code", evidence=0, source="draft")
-        ctl.observe(0, 2, 2, 0.01, 20.0, 0.1, "code", evidence=5, source="lookup")
-    assert ctl.choose("code")[0] >= 0
+        k, why = ctl.choose("code")
+        assert 0 <= k <= 16 and why
+        ctl.observe(k, k, k, 0.1 * k, 20.0 + 0.1 * k, 0.1, "code", evidence=0, source="draft")
+        n, why = ctl.trim("lookup", 5, 8, "code")
+        assert 0 <= n <= 8 and why
+        ctl.observe(n, n, n, 0.01, 20.0 + 0.1 * n, 0.1, "code", evidence=5, source="lookup")
+    learned = ctl.choose("code")[0]
+    assert learned > 4  # all drafts accepted: both rules raise K from the start at 4
+    ctl.new_prompt()
+    ctl.reset()  # a new drafter: acceptance forgotten
+    assert ctl.choose("code")[0] < learned
+    ctl.reset(target_changed=True)  # a new target (expert count): costs forgotten too
+    if isinstance(ctl, CostModelController):
+        assert ctl.needs_costs() is True and ctl.step_cost(1) is None

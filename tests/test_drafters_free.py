@@ -209,8 +209,11 @@ def test_suffix_rejects_bad_parameters():
 class Recorder:
     """A draft source that records its calls and answers from a script."""
 
+    free = False
+
     def __init__(self, name, tokens, probs=None):
         self.name, self.tokens, self.probs = name, tokens, probs
+        self.label = name
         self.calls: list[tuple[int, int]] = []  # (len(tokens), k) per call
         self.resets = self.closes = 0
         self.prefilled: list[int] = []
@@ -224,6 +227,12 @@ class Recorder:
 
     def reset(self):
         self.resets += 1
+
+    def parts(self):
+        return [self]
+
+    def forget(self):
+        pass
 
     def close(self):
         self.closes += 1

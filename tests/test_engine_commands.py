@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from specdash.engine import commands as C
-from specdash.engine.session import Session
+from specdash import events as C
+from specdash.session import Session
 from specdash.engine.settings import EngineSettings
-from specdash.engine.stats import NoticeEvent, SettingsEvent, StepEvent, Summary
+from specdash.events import NoticeEvent, SettingsEvent, StepEvent, Summary
 
 PROMPT = "List the first twenty prime numbers, one per line, with a short remark on each."
 
@@ -77,15 +77,19 @@ def test_pause_blocks_between_steps_until_resumed_from_another_thread(session):
 
 
 def test_invalid_k_is_refused_and_the_old_k_stays(session):
-    session.engine.settings.k = 3
+    session.send(C.SetK(3))
 
     def on_step(ev):
         if ev.step == 1:
             session.send(C.SetK(-2))
+        if ev.step == 2:
+            session.send(C.SetK(65))
 
     run = collect(session.run(PROMPT, max_tokens=12), on_step)
-    assert any(n.level == "warning" and "K=-2" in n.message for n in run["notices"])
-    assert session.settings.k == 3
+    warnings = [n.message for n in run["notices"] if n.level == "warning"]
+    assert warnings == ["k=-2 refused: must be an integer 0..64; kept k=3",
+                        "k=65 refused: must be an integer 0..64; kept k=3"]
+    assert session.settings.k == 3 and all(ev.k <= 3 for ev in run["steps"])
     assert run["summary"].n_generated > 2
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdash.engine import commands as C
+from specdash import events as C
 from specdash.engine.controller import CostModelController
 from specdash.engine.drafters.base import Draft
 from specdash.engine.llm import LLM
-from specdash.engine.stats import StepEvent, Summary
+from specdash.events import StepEvent, Summary
 from specdash.prompts import by_name
 
 pytestmark = pytest.mark.slow

@@ -15,12 +15,12 @@ import pytest
 from cli_helpers import assert_usage_error, specdash
 from moe_fixture import ARCH, make_tiny_moe
 
-from specdash.engine import commands as C
+from specdash import events as C
 from specdash.engine.llm import LLM
 from specdash.engine.experts import expert_counts
-from specdash.engine.session import Session
+from specdash.session import Session
 from specdash.engine.settings import EngineSettings
-from specdash.engine.stats import NoticeEvent, SettingsEvent, StepEvent, Summary
+from specdash.events import NoticeEvent, SettingsEvent, StepEvent, Summary
 from specdash.errors import SpecdashError
 
 N_EXPERT = 4
@@ -68,30 +68,35 @@ def test_session_expert_info_and_settings_event(tiny_moe, smol_path):
     try:
         assert s.expert_info() == (N_USED, N_EXPERT)
         ev = s.engine.settings_event()  # the file's own count, not "unknown", when not overridden
-        assert (ev.experts, ev.expert_count) == (N_USED, N_EXPERT)
+        assert (ev.experts, ev.experts_active, ev.expert_count) == (None, N_USED, N_EXPERT)
     finally:
         s.close()
     s = moe_session(tiny_moe, experts=1)
     try:
         assert s.expert_info() == (1, N_EXPERT)
         ev = s.engine.settings_event()
-        assert (ev.experts, ev.expert_count) == (1, N_EXPERT)
+        assert (ev.experts, ev.experts_active, ev.expert_count) == (1, 1, N_EXPERT)
     finally:
         s.close()
     s = Session(EngineSettings(target=str(smol_path), draft="none", threads=2, ctx=256))
     try:
         assert s.expert_info() is None
         ev = s.engine.settings_event()
-        assert (ev.experts, ev.expert_count) == (None, None)
+        assert (ev.experts, ev.experts_active, ev.expert_count) == (None, None, None)
+        assert "dense model" in ev.unavailable["experts"]
     finally:
         s.close()
 
 
-@pytest.mark.parametrize("bad", [0, -1, N_EXPERT + 1])
-def test_session_refuses_an_out_of_range_count_before_loading(tiny_moe, bad):
+@pytest.mark.parametrize("bad, says", [
+    (0, "experts = 0: must be an integer >= 1"),  # the settings table, before any file is read
+    (-1, "experts = -1: must be an integer >= 1"),
+    (N_EXPERT + 1, f"experts={N_EXPERT + 1} refused: moe.gguf has {N_EXPERT} experts; use 1..{N_EXPERT}"),
+])
+def test_session_refuses_an_out_of_range_count_before_loading(tiny_moe, bad, says):
     with pytest.raises(SpecdashError) as info:
         moe_session(tiny_moe, experts=bad)
-    assert f"experts={bad}" in str(info.value) and f"1..{N_EXPERT}" in str(info.value)
+    assert str(info.value) == says
 
 
 # --- 2. the CLI -------------------------------------------------------------------------
@@ -146,6 +151,24 @@ def run_with_command(session: Session, after_steps: int, cmd: C.Command) -> list
             if steps == after_steps:
                 session.send(cmd)
     return events
+
+
+def test_set_experts_mid_run_with_the_baseline_controller(tiny_moe):
+    """The baseline ThresholdController as the engine's controller, adaptive on, the expert
+    count changed mid-run. Before the fix the engine called reset(target_changed=True) on
+    a controller that took no such argument and the run died with a TypeError."""
+    from specdash.engine.controller import ThresholdController
+
+    s = Session(EngineSettings(target=str(tiny_moe), draft="lookup", raw=True, threads=2, ctx=256,
+                               max_tokens=20, adaptive=True),
+                controller=ThresholdController(k_init=4))
+    try:
+        events = run_with_command(s, 5, C.SetExperts(1))
+        assert s.expert_info() == (1, N_EXPERT)
+    finally:
+        s.close()
+    assert events[-1].n_generated == 20 and events[-1].stop_reason == "max_tokens"
+    assert any(isinstance(e, SettingsEvent) and e.command == "experts=1" for e in events)
 
 
 def test_set_experts_mid_run_reloads_and_continues_with_the_new_count(tiny_moe):
@@ -219,7 +242,9 @@ def test_set_experts_between_runs_equals_a_fresh_load(tiny_moe):
     s = moe_session(tiny_moe, max_tokens=10)
     try:
         default = next(e for e in s.run(PROMPT) if isinstance(e, Summary)).text
-        s.set_experts(1)
+        s.send(C.SetExperts(1))  # between runs: the bench's way, through the command queue
+        applied = list(s.engine.apply_pending())
+        assert applied[-1].experts == 1 and s.settings.experts == 1
         switched = next(e for e in s.run(PROMPT) if isinstance(e, Summary)).text
     finally:
         s.close()
@@ -263,10 +288,11 @@ def test_bench_without_experts_keeps_its_table(tiny_moe, tmp_path):
     assert all(r["experts"] is None for r in json.loads(out.read_text())["results"])
 
 
-@pytest.mark.parametrize("counts", ["1,0", f"2,{N_EXPERT + 1}"])
-def test_bench_refuses_a_bad_count_before_benchmarking(tiny_moe, counts):
+@pytest.mark.parametrize("counts, says", [("1,0", "must be an integer >= 1"),  # the settings table
+                                          (f"2,{N_EXPERT + 1}", f"1..{N_EXPERT}")])  # the model's own count
+def test_bench_refuses_a_bad_count_before_benchmarking(tiny_moe, counts, says):
     proc = specdash(*BENCH, "--target", str(tiny_moe), "--experts", counts)
-    assert_usage_error(proc, f"1..{N_EXPERT}")
+    assert_usage_error(proc, says)
     assert "tok/s" not in proc.stderr
 
 

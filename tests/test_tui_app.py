@@ -9,8 +9,9 @@ import json
 import pytest
 
 from specdash.config import load_config
-from specdash.engine import commands as C
-from specdash.engine.stats import SpecCounters, StepEvent
+from specdash import events as C
+from specdash.engine.stats import SpecCounters
+from specdash.events import StepEvent
 from specdash.tui.screens.ask import AskScreen
 from test_tui_support import FailingSession, ReplaySession, load_replay, replay_app, sync
 
@@ -102,7 +103,7 @@ async def test_screenshot_writes_svg_and_json_with_live_settings_and_stats(tmp_p
     state = json.loads(svgs[0].with_suffix(".json").read_text())
     assert state["svg"] == str(svgs[0])
     assert state["settings"]["target"] == "smollm2-135m" and state["settings"]["draft"] == "lookup"
-    assert state["engine_reported"]["k"] == 2
+    assert state["settings"]["k"] == 2 and state["settings"]["event"] == "settings"
     expected = SpecCounters()
     for ev in STEPS[-128:]:
         expected.add(ev)
@@ -130,7 +131,10 @@ async def test_write_config_round_trips_the_live_settings(tmp_path):
     target = tmp_path / "saved.toml"
     async with app.run_test(size=(100, 30)) as pilot:
         await replayed(pilot)
-        sessions[0].settings.k = 5  # as if the engine had applied SetK(5)
+        # Through commands only: + + + sends SetK(3), SetK(4), SetK(5); the source answers
+        # with SettingsEvents, and `w` writes what the source last reported.
+        await pilot.press("plus", "plus", "plus")
+        await until(pilot, lambda: app.state.settings.k == 5, "the source reports K=5")
         await pilot.press("w")
         await until(pilot, lambda: isinstance(app.screen, AskScreen), "the path dialog")
         app.screen.query_one("Input").value = str(target)
@@ -306,4 +310,4 @@ async def test_status_line_shows_the_k_in_force_and_keeps_the_numbers_at_80_colu
         await pilot.pause()
         line = status()
         assert "K 7 adaptive" in line and "acc " in line and len(line) <= 80, line
-        assert app._panel["kpanel"].border_title.startswith("K 7 (adaptive)")
+        assert app.query_one("#kpanel").border_title.startswith("K 7 (adaptive)")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 
-from specdash.engine.session import Session
+from specdash.session import Session
 from specdash.engine.settings import EngineSettings
-from specdash.engine.stats import NoticeEvent, SettingsEvent, StepEvent
+from specdash.events import NoticeEvent, SettingsEvent, StepEvent
 from specdash.tui.app import DashboardOptions, SpecdashApp
 from specdash.tui.screens.draft_picker import DraftPicker
 from specdash.tui.widgets.charts import TimeChart
@@ -50,14 +50,14 @@ class Recorder:
         self.closed = True
 
 
-def real_app(tmp_path, smol_path, **options):
+def real_app(tmp_path, smol_path, *, draft="lookup", **options):
     recorders: list[Recorder] = []
 
     def factory(settings, progress):
         recorders.append(Recorder(Session(settings, progress=progress)))
         return recorders[-1]
 
-    settings = EngineSettings(target=str(smol_path), draft="lookup", k=2, threads=2, ctx=2048, max_tokens=1500)
+    settings = EngineSettings(target=str(smol_path), draft=draft, k=2, threads=2, ctx=2048, max_tokens=1500)
     opts = DashboardOptions(settings=settings, prompt=PROMPT, screenshots_dir=str(tmp_path / "shots"), **options)
     app = SpecdashApp(opts, session_factory=factory, sampler=FixedSampler(), hints=lambda: [], flush_interval=0.1)
     notes: list[tuple[str, str]] = []
@@ -171,14 +171,36 @@ async def test_q_quits_while_generating(tmp_path, smol_path):
 
 
 @sync
+async def test_w_writes_what_the_engine_reports_after_commands(tmp_path, smol_path):
+    """The live settings reach the config file only through the engine: a key sends a
+    command, the engine applies it and reports a SettingsEvent, `w` writes that."""
+    from specdash.config import load_config
+    from specdash.tui.screens.ask import AskScreen
+
+    app, recs, _ = real_app(tmp_path, smol_path)
+    target = tmp_path / "live.toml"
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: recs and len(steps(recs[0])) >= 2, "steps")
+        await pilot.press("plus", "plus", "a")
+        await until(pilot, lambda: app.state.settings.k == 4 and app.state.settings.adaptive, "K=4 adaptive applied")
+        await pilot.press("w")
+        await until(pilot, lambda: isinstance(app.screen, AskScreen), "the path dialog")
+        app.screen.query_one("Input").value = str(target)
+        await pilot.press("enter")
+        await until(pilot, target.exists, "the config file")
+        assert recs[0].settings.k == 4  # the engine's own snapshot agrees
+    engine = load_config(target).engine
+    assert (engine.k, engine.adaptive, engine.draft, engine.ctx) == (4, True, "lookup", 2048)
+
+
+@sync
 async def test_e_sets_the_expert_count_of_a_moe_target_and_keeps_the_text(tmp_path):
     from moe_fixture import make_tiny_moe
 
     from specdash.tui.screens.ask import AskScreen
 
     moe = make_tiny_moe(tmp_path / "moe.gguf", n_expert=4, n_expert_used=2)
-    app, recs, notes = real_app(tmp_path, moe)
-    app._settings.draft = "none"
+    app, recs, notes = real_app(tmp_path, moe, draft="none")
     async with app.run_test(size=(100, 30)) as pilot:
         await until(pilot, lambda: app.stats.total.steps >= 3, "steps on the MoE target")
         # Paused, the tiny model cannot finish its prompt while the test types.

@@ -2,7 +2,8 @@
 a Session that fails, and telemetry fixed to a fake 2-node sysfs tree.
 
 The replay comes from a real run of the engine (tests/fixtures/replay_*.jsonl, the JSON
-lines `specdash run --json` prints); nothing in it is made up.
+lines `specdash run --json` printed, brought to schema 1: its settings lines filled in
+with the settings that run had); nothing in it is made up.
 """
 
 from __future__ import annotations
@@ -14,30 +15,20 @@ import json
 import queue
 from pathlib import Path
 
-from specdash.engine import commands as C
+from specdash import events as C
 from specdash.engine.settings import EngineSettings
-from specdash.engine.stats import NoticeEvent, PrefillEvent, SettingsEvent, StepEvent, Summary
+from specdash.events import SettingsEvent, Summary, from_dict
 from specdash.errors import SpecdashError
 from specdash.telemetry import Hint, ProcessStats, TelemetrySnapshot, read_numa_nodes
 from specdash.tui.app import DashboardOptions, SpecdashApp
-from specdash.tui.engine_driver import WorkItem
+from specdash.sources.embedded import WorkItem
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TWO_NODE = FIXTURES / "sysfs_2node"
 REPLAY = FIXTURES / "replay_smollm2_lookup.jsonl"
 
-_TYPES = {"step": StepEvent, "prefill": PrefillEvent, "settings": SettingsEvent,
-          "notice": NoticeEvent, "summary": Summary}
-
-
 def load_replay(path: Path = REPLAY) -> list:
-    events = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        d = json.loads(line)
-        if d["event"] == "step":
-            d.pop("text", None)  # `run --json` adds the step's text; StepEvent derives it
-        events.append(_TYPES[d["event"]](**d))
-    return events
+    return [from_dict(json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 class ReplaySession:
@@ -74,8 +65,20 @@ class ReplaySession:
             if not (last and isinstance(ev, Summary)):
                 yield ev
         if last:
-            while not isinstance(self._commands.get(), C.Stop):
-                pass
+            # Then behave like a paused engine that still applies settings commands, so
+            # the dashboard's keys round-trip: command in, SettingsEvent out.
+            current = [ev for ev in group if isinstance(ev, SettingsEvent)][-1]
+            while not isinstance(cmd := self._commands.get(), C.Stop):
+                match cmd:
+                    case C.SetK(k):
+                        current = dataclasses.replace(current, k=k, command=cmd.text())
+                    case C.SetSampling(temperature=t) if t is not None:
+                        current = dataclasses.replace(current, temperature=t, command=cmd.text())
+                    case C.SetAdaptive(on):
+                        current = dataclasses.replace(current, adaptive=on, command=cmd.text())
+                    case _:
+                        continue
+                yield current
             yield dataclasses.replace(group[-1], stop_reason="stopped")
 
     def close(self) -> None:

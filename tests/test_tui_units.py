@@ -7,20 +7,12 @@ import threading
 
 import pytest
 
-from specdash.engine import commands as C
+from specdash import events as C
 from specdash.engine.settings import EngineSettings
-from specdash.engine.stats import PrefillEvent, SettingsEvent, StepEvent, Summary
+from specdash.events import PrefillEvent, PromptEvent, SettingsEvent, StatusEvent, StepEvent, Summary
 from specdash.errors import SpecdashError
-from specdash.tui.engine_driver import (
-    EngineDriver,
-    Idle,
-    Loading,
-    PromptQueue,
-    PromptStarted,
-    Ready,
-    ShutdownRequested,
-    WorkItem,
-)
+from specdash.sources.base import Outbox
+from specdash.sources.embedded import EmbeddedSource, PromptQueue, ShutdownRequested, WorkItem
 from specdash.tui.live_stats import LiveStats
 from specdash.tui.themes import load_theme, load_themes, theme_dirs
 from specdash.tui.widgets.charts import _column_cells, nice_ceiling
@@ -37,8 +29,8 @@ def step(n: int, t: float, *, k: int = 4, drafted: int = 4, accepted: int = 2, m
 
 
 def settings_event(k: int = 4, paused: bool = False) -> SettingsEvent:
-    return SettingsEvent(target="t", drafter="lookup", k=k, temperature=0.0, top_k=0, top_p=1.0,
-                         adaptive=False, paused=paused, experts=None, expert_count=None)
+    return SettingsEvent(source="engine", target="t", drafter="lookup", k=k, temperature=0.0, top_k=0,
+                         top_p=1.0, adaptive=False, paused=paused)
 
 
 # --- LiveStats -----------------------------------------------------------------------
@@ -111,7 +103,7 @@ def test_recent_counters_use_spec_counters_definitions():
     assert st.total.steps == 3
 
 
-# --- EngineDriver ----------------------------------------------------------------------
+# --- EmbeddedSource ---------------------------------------------------------------------
 
 class ScriptSession:
     """Yields `per_run` steps per prompt, each after a command check, like the engine."""
@@ -147,7 +139,7 @@ class ScriptSession:
         self.closed = True
 
 
-def make_driver(prompts, *, clock=None, **session_kw):
+def make_source(prompts, *, clock=None, **session_kw):
     pings = []
     sessions = []
 
@@ -155,118 +147,137 @@ def make_driver(prompts, *, clock=None, **session_kw):
         sessions.append(ScriptSession(settings, progress, **session_kw))
         return sessions[-1]
 
-    driver = EngineDriver(factory, EngineSettings(), prompts, lambda: pings.append(1),
-                          flush_interval=1.0, clock=clock or (lambda: 0.0))
-    return driver, pings, sessions
+    source = EmbeddedSource(factory, EngineSettings(), prompts)
+    outbox = Outbox(lambda: pings.append(1), flush_interval=1.0, clock=clock or (lambda: 0.0))
+    return source, outbox, pings, sessions
 
 
-def test_driver_runs_prompts_in_order_then_idles_and_closes():
+def wait_for(source, outbox, predicate):
+    while not any(predicate(x) for x in list(outbox.items)):
+        source.thread.join(0.01)
+        assert source.thread.is_alive() or any(predicate(x) for x in list(outbox.items)), "source ended"
+
+
+def is_status(state):
+    return lambda x: isinstance(x, StatusEvent) and x.state == state
+
+
+def test_source_runs_prompts_in_order_then_idles_and_closes():
     prompts = PromptQueue()
     prompts.push(WorkItem("one", "first prompt"))
     prompts.push(WorkItem("two", "second prompt"))
-    driver, pings, sessions = make_driver(prompts)
-    thread = threading.Thread(target=driver.run)
-    thread.start()
-    while not any(isinstance(x, Idle) for x in list(driver.inbox)):
-        thread.join(0.01)
-    driver.shutdown()
-    thread.join(10)
-    assert not thread.is_alive()
-    kinds = [type(x).__name__ for x in driver.inbox]
-    assert kinds[:2] == ["Loading", "Ready"]
-    started = [x.title for x in driver.inbox if isinstance(x, PromptStarted)]
+    source, outbox, pings, sessions = make_source(prompts)
+    source.start(outbox.emit)
+    wait_for(source, outbox, is_status("idle"))
+    source.close()
+    source.thread.join(10)
+    assert not source.thread.is_alive()
+    items = list(outbox.items)
+    assert [x.state for x in items if isinstance(x, StatusEvent)][:3] == ["loading", "loading", "ready"]
+    started = [x.title for x in items if isinstance(x, PromptEvent)]
     assert started == ["one", "two"]
+    kinds = [type(x).__name__ for x in items]
     assert kinds.count("StepEvent") == 10 and kinds.count("Summary") == 2
     assert sessions[0].closed
 
 
-def test_driver_pings_are_rate_limited_while_steps_stream():
+def test_outbox_pings_are_rate_limited_while_steps_stream():
     prompts = PromptQueue()
     prompts.push(WorkItem("one", "p"))
-    driver, pings, _ = make_driver(prompts, per_run=50)
+    source, outbox, pings, _ = make_source(prompts, per_run=50)
     # The clock never advances: steps alone never trigger a ping; rare events do.
-    thread = threading.Thread(target=driver.run)
-    thread.start()
-    while not any(isinstance(x, Idle) for x in list(driver.inbox)):
-        thread.join(0.01)
-    driver.shutdown()
-    thread.join(10)
-    steps = sum(isinstance(x, StepEvent) for x in driver.inbox)
+    source.start(outbox.emit)
+    wait_for(source, outbox, is_status("idle"))
+    source.close()
+    source.thread.join(10)
+    steps = sum(isinstance(x, StepEvent) for x in outbox.items)
     assert steps == 50
-    # Loading, Ready, PromptStarted, Settings, Prefill, Summary, end of run, Idle, exit
-    assert len(pings) < 12
+    # loading x2, ready, prompt, settings, prefill, summary, idle: steps add no pings
+    assert len(pings) == 8
 
 
-def test_driver_holds_commands_until_the_session_exists():
+def test_source_holds_commands_until_the_session_exists():
     prompts = PromptQueue()
-    driver, _, sessions = make_driver(prompts)
-    driver.send(C.SetK(7))
-    thread = threading.Thread(target=driver.run)
-    thread.start()
-    while not any(isinstance(x, Idle) for x in list(driver.inbox)):
-        thread.join(0.01)
+    source, outbox, _, sessions = make_source(prompts)
+    source.send(C.SetK(7))
+    source.start(outbox.emit)
+    wait_for(source, outbox, is_status("idle"))
     assert sessions[0].sent == [C.SetK(7)]
-    driver.send(C.SetK(8))
+    source.send(C.SetK(8))
     assert sessions[0].sent == [C.SetK(7), C.SetK(8)]
-    driver.shutdown()
-    thread.join(10)
+    source.close()
+    source.thread.join(10)
 
 
 def test_new_prompt_abandons_the_running_one():
     gate = threading.Event()
     prompts = PromptQueue([WorkItem("w", "workload")])
-    driver, _, sessions = make_driver(prompts, per_run=1000, gate=gate)
-    thread = threading.Thread(target=driver.run)
-    thread.start()
-    while not any(isinstance(x, PromptStarted) for x in list(driver.inbox)):
-        thread.join(0.01)
-    driver.new_prompt(WorkItem("typed", "my prompt"))
+    source, outbox, _, sessions = make_source(prompts, per_run=1000, gate=gate)
+    source.start(outbox.emit)
+    wait_for(source, outbox, lambda x: isinstance(x, PromptEvent))
+    source.send(C.NewPrompt("my prompt", "typed"))
     gate.set()
-    while not any(isinstance(x, Idle) for x in list(driver.inbox)):
-        thread.join(0.01)
-    driver.shutdown()
-    thread.join(10)
-    started = [x.title for x in driver.inbox if isinstance(x, PromptStarted)]
+    wait_for(source, outbox, is_status("idle"))
+    source.close()
+    source.thread.join(10)
+    items = list(outbox.items)
+    started = [x.title for x in items if isinstance(x, PromptEvent)]
     assert started == ["w", "typed"]  # the workload stops cycling after a typed prompt
     # the first run was cut after one step; no Stop was needed for a running engine
     first_run = []
-    for x in driver.inbox:
-        if isinstance(x, PromptStarted) and x.title == "typed":
+    for x in items:
+        if isinstance(x, PromptEvent) and x.title == "typed":
             break
         first_run.append(x)
     assert sum(isinstance(x, StepEvent) for x in first_run) == 1
-    assert sessions[0].sent == [C.Stop()]  # only the one shutdown sent
+    assert sessions[0].sent == [C.Stop()]  # only the one close() sent
 
 
-def test_shutdown_during_loading_abandons_the_load():
+def test_close_during_loading_abandons_the_load():
     prompts = PromptQueue()
     reached = threading.Event()
 
     def factory(settings, progress):
         reached.set()
-        driver.shutdown()
-        progress("downloading", 0.5)  # the next report after quit raises
+        source.close()
+        progress("downloading", 0.5)  # the next report after close raises
         raise AssertionError("not reached")
 
-    driver = EngineDriver(factory, EngineSettings(), prompts, lambda: None)
-    driver.run()  # returns: ShutdownRequested is swallowed by the driver
+    source = EmbeddedSource(factory, EngineSettings(), prompts)
+    got: list = []
+    source.start(got.append)
+    source.thread.join(10)
     assert reached.is_set()
-    assert not any(isinstance(x, Ready) for x in driver.inbox)
+    assert not any(isinstance(x, StatusEvent) and x.state in ("ready", "error") for x in got)
+
+
+def test_a_failing_session_becomes_an_error_status_not_an_exception():
+    def factory(settings, progress):
+        raise SpecdashError("model 'nope': not a known model and no such file")
+
+    source = EmbeddedSource(factory, EngineSettings(), PromptQueue())
+    got: list = []
+    source.start(got.append)
+    source.thread.join(10)
+    errors = [x for x in got if isinstance(x, StatusEvent) and x.state == "error"]
+    assert [e.message for e in errors] == ["model 'nope': not a known model and no such file"]
 
 
 def test_progress_reports_are_throttled_but_the_final_one_passes():
     now = [0.0]
-    driver = EngineDriver(lambda s, p: None, EngineSettings(), PromptQueue(), lambda: None, clock=lambda: now[0])
+    got: list = []
+    source = EmbeddedSource(lambda s, p: None, EngineSettings(), PromptQueue(), clock=lambda: now[0])
+    source._emit = got.append
     for i in range(100):
         now[0] = i * 0.01
-        driver._progress("downloading", i / 100)
-    driver._progress("downloading", 1.0)
-    loading = [x for x in driver.inbox if isinstance(x, Loading)]
+        source._progress("downloading", i / 100)
+    source._progress("downloading", 1.0)
+    loading = [x for x in got if isinstance(x, StatusEvent) and x.state == "loading"]
     assert 9 <= len(loading) <= 12
     assert loading[-1].fraction == 1.0
     with pytest.raises(ShutdownRequested):
-        driver.shutdown()
-        driver._progress("x", None)
+        source.close()
+        source._progress("x", None)
 
 
 # --- themes ------------------------------------------------------------------------------

@@ -78,7 +78,10 @@ async def test_time_chart_keeps_its_fixed_axis_and_draws_the_reference():
     lines = await rendered(TimeChart(lambda v: f"{v:.1f}"), (10, 4), feed)
     assert [line[:4] for line in lines] == ["1.0│", "   │", "   │", "0.0│"]
     assert lines[0][4:] == "   █  "  # newest at the right: (padding), 0.5, 1.0, gap, 0.0
-    assert "╌" in lines[1] or "╌" in lines[2]
+    # 0.5 of a 4-row axis is the boundary between rows 1 and 2 from the top: the line is
+    # drawn on row 1, showing through wherever no bar covers it.
+    assert lines[1][4:] == "╌╌╌█╌╌"
+    assert not any("╌" in line for i, line in enumerate(lines) if i != 1)
 
 
 @sync

@@ -7,21 +7,39 @@ import json
 import sys
 from pathlib import Path
 
-from specdash.commands.common import add_engine_arguments, load_settings, stderr_progress
+from specdash.commands.common import add_engine_arguments, load_settings, read_prompt_file, stderr_progress
+from specdash.engine.drafters import KINDS, is_model
+from specdash.engine.settings import LIMIT, Limit
 from specdash.errors import SpecdashError
 from specdash.prompts import BUILTIN, Prompt
 
-DRAFTER_CHOICES = ("draft", "lookup", "suffix", "chain")
+# "draft" is the draft model (--draft, else the registry's default draft); the others are
+# the model-free kinds and the chain (engine/drafters KINDS).
+DRAFTER_CHOICES = ("draft", *(kind for kind in KINDS if kind != "none"))
 
 
-def _int_list(text: str) -> list[int]:
+def _int_list(text: str, lim: Limit) -> list[int]:
+    """Comma-separated integers, each checked against the settings table."""
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
+        values = []
+    if not values:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers like 0,2,4,8, got {text!r}")
-    if not values or any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"values must be integers >= 0, got {text!r}")
+    for v in values:
+        try:
+            lim.coerce(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{v} in {text!r}: must be {lim.allowed}") from None
     return values
+
+
+def _k_list(text: str) -> list[int]:
+    return _int_list(text, LIMIT["k"])
+
+
+def _experts_list(text: str) -> list[int]:
+    return _int_list(text, LIMIT["experts"])  # the top depends on the model: checked on load
 
 
 def _drafter_list(text: str) -> list[str]:
@@ -44,14 +62,16 @@ def register(subparsers) -> None:
         conflict_handler="resolve",
     )
     add_engine_arguments(p, with_k=False)
-    p.add_argument("--k", dest="ks", type=_int_list, default=[0, 2, 4, 8], metavar="LIST",
+    p.add_argument("--k", dest="ks", type=_k_list, default=[0, 2, 4, 8], metavar="LIST",
                    help="K values to sweep, comma-separated (default 0,2,4,8; 0 = plain)")
-    p.add_argument("--experts", dest="expert_counts", type=_int_list, default=None, metavar="LIST",
+    p.add_argument("--experts", dest="expert_counts", type=_experts_list, default=None, metavar="LIST",
                    help="MoE targets: run the whole bench once per active-expert count, "
                    "comma-separated, each in 1..expert_count (e.g. 1,2,4,8); the target reloads for each")
     p.add_argument("--drafters", type=_drafter_list, default=["draft", "lookup"], metavar="LIST",
                    help=f"draft sources, comma-separated from {', '.join(DRAFTER_CHOICES)} (default draft,lookup)")
-    p.add_argument("--prompt-file", action="append", metavar="FILE", help="a prompt file (repeatable); replaces the built-in set")
+    # Its own dest: the shared config key prompt_file is one string, this is a list.
+    p.add_argument("--prompt-file", dest="prompt_files", action="append", metavar="FILE",
+                   help="a prompt file (repeatable); replaces the built-in set")
     p.add_argument("--prompts", metavar="NAMES", help="only these built-in prompts, comma-separated: "
                    + ", ".join(q.name for q in BUILTIN))
     p.add_argument("--repeat", type=int, default=2, metavar="N", help="rounds over all configurations (default 2)")
@@ -59,16 +79,10 @@ def register(subparsers) -> None:
     p.set_defaults(func=run, k=None)
 
 
-def _prompts(args) -> list[Prompt]:
-    if args.prompt_file:
-        out = []
-        for f in args.prompt_file:
-            path = Path(f)
-            try:
-                out.append(Prompt(path.stem, "file", path.read_text(encoding="utf-8")))
-            except (OSError, UnicodeDecodeError) as exc:
-                raise SpecdashError(f"--prompt-file {path}: cannot read it ({exc.__class__.__name__})")
-        return out
+def _prompts(args: argparse.Namespace) -> list[Prompt]:
+    files = getattr(args, "prompt_files", None)
+    if files:
+        return [Prompt(Path(f).stem, "file", read_prompt_file(f)) for f in files]
     if args.prompts:
         names = [n.strip() for n in args.prompts.split(",")]
         known = {q.name: q for q in BUILTIN}
@@ -82,7 +96,8 @@ def _prompts(args) -> list[Prompt]:
 def run(args: argparse.Namespace) -> int:
     from specdash.bench import adaptive_report, configs_for, experts_report, format_table, run_bench, run_expert_sweep
     from specdash.engine.experts import expert_counts, expert_key
-    from specdash.engine.session import Session
+    from specdash.models.registry import DEFAULT_DRAFT
+    from specdash.session import Session
 
     ks = args.ks
     if args.repeat < 1:
@@ -90,27 +105,25 @@ def run(args: argparse.Namespace) -> int:
     prompts = _prompts(args)
     config = load_settings(args)
     settings = config.engine
-    if args.max_tokens is None:
-        settings.max_tokens = 128
-    draft_model = settings.draft if settings.draft not in ("none", "lookup", "suffix", "chain") else "qwen2.5-coder-0.5b"
-    settings.draft = "none"
+    draft_model = settings.draft if is_model(settings.draft) else DEFAULT_DRAFT
     counts = list(dict.fromkeys(args.expert_counts)) if args.expert_counts else None
-    if counts:
-        settings.experts = counts[0]  # the first load serves the first sweep point
+    settings = settings.replace(
+        draft="none",  # each run picks its drafter by command
+        max_tokens=settings.max_tokens if "max_tokens" in args else 128,
+        experts=counts[0] if counts else settings.experts,  # the first load serves the first sweep point
+    )
     session = Session(settings, progress=stderr_progress())
     try:
         if counts:
             for n in counts:  # refuse a bad count now, not after minutes of benchmarking
                 expert_key(session.target, n)
-            default_used = expert_counts(session.target)[0]
+            counted = expert_counts(session.target)
+            assert counted is not None  # expert_key refused a dense model above
+            default_used = counted[0]
             reference = default_used if default_used in counts else max(counts)
         if "draft" in args.drafters or "chain" in args.drafters:
             session.make_drafter(draft_model)  # load and check it once, before timing anything
-        drafters = {
-            name: (lambda spec=(draft_model if name == "draft" else name):
-                   session.make_drafter(spec, fresh_memory=True))
-            for name in args.drafters
-        }
+        drafters = {name: draft_model if name == "draft" else name for name in args.drafters}
         configs = configs_for(args.drafters, ks, getattr(args, "adaptive", False) or False)
         print(f"bench: {len(prompts)} prompts x {len(configs)} configurations x {args.repeat} repeats, "
               f"{settings.max_tokens} tokens each (target {settings.target}, draft model {draft_model})",

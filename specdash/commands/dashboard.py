@@ -7,8 +7,11 @@ import os
 import sys
 from pathlib import Path
 
-from specdash.commands.common import add_engine_arguments, add_prompt_arguments, load_settings, read_prompt
+from specdash.config import UI_LIMIT, UISettings
+from specdash.commands.common import add_engine_arguments, add_prompt_arguments, limit_type, load_settings, read_prompt
+from specdash.engine.settings import EngineSettings
 from specdash.errors import SpecdashError
+from specdash.sources.embedded import Progress
 
 # Leading K=0 steps of every prompt: the plain-decoding reference on the tok/s chart,
 # measured on this machine with this target.
@@ -17,27 +20,20 @@ CALIBRATE_STEPS = 12
 QUIT_GRACE_S = 0.5
 
 
-def _seconds(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"refresh must be a number of seconds, got {text!r}") from None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_engine_arguments(parser)
     add_prompt_arguments(parser, required=False)
     g = parser.add_argument_group("dashboard")
     g.add_argument("--theme", metavar="NAME", help="colour theme (default specdash-dark; also "
                    "specdash-light, Textual's built-ins, or your own in ~/.config/specdash/themes/)")
-    g.add_argument("--refresh", type=_seconds, metavar="SECONDS",
+    g.add_argument("--refresh", type=limit_type(UI_LIMIT["refresh"]), metavar="SECONDS",
                    help="seconds between telemetry polls and redraws of numbers and charts, "
                    "0.1..60 (default 1); the text streams as it comes")
     g.add_argument("--screenshots", metavar="DIR",
                    help="folder for `s` screenshots (default ~/specdash-screenshots)")
 
 
-def _prompt_from_config(ui) -> str | None:
+def _prompt_from_config(ui: UISettings) -> str | None:
     if ui.prompt is not None:
         return ui.prompt
     if ui.prompt_file is not None:
@@ -53,14 +49,14 @@ def run(args: argparse.Namespace) -> int:
     from textual.theme import BUILTIN_THEMES
 
     from specdash.config import find_config_path
-    from specdash.engine.session import Session
     from specdash.prompts import BUILTIN
+    from specdash.session import Session
+    from specdash.sources.embedded import WorkItem
     from specdash.tui.app import DashboardOptions, SpecdashApp
-    from specdash.tui.engine_driver import WorkItem
     from specdash.tui.themes import load_themes
 
+    prompt = read_prompt(args)  # first: its own message for an empty prompt
     config = load_settings(args)
-    prompt = read_prompt(args)
     if prompt is None:
         prompt = _prompt_from_config(config.ui)
     themes = {**BUILTIN_THEMES, **load_themes()}
@@ -75,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         screenshots_dir=args.screenshots or config.ui.screenshots_dir,
         config_path=find_config_path(getattr(args, "config", None)),
     )
-    def make_session(settings, progress):
+    def make_session(settings: EngineSettings, progress: Progress) -> Session:
         session = Session(settings, progress=progress)
         session.engine.calibrate_steps = CALIBRATE_STEPS
         return session

@@ -7,7 +7,7 @@ import json
 import sys
 
 from specdash.commands.common import add_engine_arguments, add_prompt_arguments, load_settings, read_prompt, stderr_progress
-from specdash.engine.stats import StepEvent, Summary, to_dict
+from specdash.events import StepEvent, Summary, to_dict
 
 
 def register(subparsers) -> None:
@@ -20,7 +20,9 @@ def register(subparsers) -> None:
     )
     add_engine_arguments(p)
     add_prompt_arguments(p, required=True)
-    p.add_argument("--json", action="store_true", help="emit JSON lines: {\"event\": \"step\", ...} per step, then {\"event\": \"summary\", ...}")
+    p.add_argument("--json", action="store_true",
+                   help="emit the event stream as JSON lines (specdash/events.py, schema field in every "
+                   "line): settings, prefill, one step per line, notices, then the summary")
     p.set_defaults(func=run)
 
 
@@ -35,18 +37,16 @@ def summary_line(s: Summary) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdash.engine.session import Session
+    from specdash.session import Session
 
+    prompt = read_prompt(args)  # first: its own message for an empty prompt
+    assert prompt is not None  # --prompt or --prompt-file is required
     config = load_settings(args)
-    prompt = read_prompt(args)
     session = Session(config.engine, progress=stderr_progress())
     try:
         for ev in session.run(prompt):
             if args.json:
-                d = to_dict(ev)
-                if isinstance(ev, StepEvent):
-                    d["text"] = ev.text
-                print(json.dumps(d, ensure_ascii=False), flush=isinstance(ev, Summary))
+                print(json.dumps(to_dict(ev), ensure_ascii=False), flush=isinstance(ev, Summary))
             elif isinstance(ev, StepEvent):
                 sys.stdout.write(ev.text)
                 sys.stdout.flush()

@@ -19,11 +19,6 @@ from specdash.engine.drafters.base import Draft, Drafter
 from specdash.engine.settings import SamplingParams
 
 
-def sources_of(drafter: Drafter) -> list[Drafter]:
-    inner = getattr(drafter, "inner", drafter)  # a Borrowed chain is still a chain
-    return list(getattr(inner, "sources", None) or [drafter])
-
-
 def propose_adaptive(
     drafter: Drafter,
     tokens: Sequence[int],
@@ -31,15 +26,15 @@ def propose_adaptive(
     content: str,
     k_cap: int,
     sampling: SamplingParams,
-    rng: np.random.Generator,
+    rng: np.random.Generator | None,
 ) -> tuple[Draft, int, str]:
     """(draft, K it was cut or chosen to, the controller's reason). Every source sees
     every step: those not asked to draft get k = 0 ("look, do not draft")."""
     draft, k, why = Draft.empty(), 0, "nothing to copy"
-    for source in sources_of(drafter):
+    for source in drafter.parts():
         if draft.tokens or k_cap <= 0:
             source.propose(tokens, 0, sampling, rng)
-        elif getattr(source, "free", False):
+        elif source.free:
             offer = source.propose(tokens, k_cap, sampling, rng)
             if offer.tokens:
                 k, why = controller.trim(offer.source, offer.evidence, len(offer.tokens), content)

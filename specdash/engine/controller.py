@@ -19,7 +19,7 @@ K chosen here; the controller sees it as shorter drafts with higher acceptance.
 from __future__ import annotations
 
 from collections import deque
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from specdash.errors import SpecdashError
 
@@ -63,18 +63,21 @@ class KController(Protocol):
         """ms per target batch of n tokens, measured by the engine."""
         ...
 
-    def reset(self) -> None:
-        """A new drafter."""
+    def reset(self, target_changed: bool = False) -> None:
+        """A new drafter; target_changed=True: also a new target (another expert count),
+        so its measured step costs no longer hold."""
         ...
 
 
-def _check_range(k_min: int, k_max: int, k_init: int) -> None:
+def _check_range(k_min: int, k_max: int) -> None:
     if not 0 <= k_min <= k_max:
         raise SpecdashError(f"k_min={k_min} k_max={k_max} refused: need 0 <= k_min <= k_max")
-    if not k_min <= k_init <= k_max:
-        raise SpecdashError(
-            f"starting K={k_init} refused: must lie in [k_min={k_min}, k_max={k_max}]"
-        )
+
+
+def _clamp(k: int, k_min: int, k_max: int) -> int:
+    """The controller's starting K: a fixed K outside the adaptive range (K=24 with the
+    default k_max=16) is the operator's business, not a reason to refuse anything."""
+    return min(max(k, k_min), k_max)
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -104,8 +107,8 @@ class ThresholdController:
         step: int = 4,
         min_tokens: int = 32,
     ):
-        _check_range(k_min, k_max, k_init)
-        self.k_init = k_init
+        _check_range(k_min, k_max)
+        self.k_init = _clamp(k_init, k_min, k_max)
         self.k_min = k_min
         self.k_max = k_max
         self.high = high
@@ -115,12 +118,13 @@ class ThresholdController:
         self._outcomes: deque[int] = deque(maxlen=window)  # 1 = accepted, per drafted token
         self.reset()
 
-    def reset(self) -> None:
+    def reset(self, target_changed: bool = False) -> None:
         self.k = self.k_init
         self._outcomes.clear()
         self._reason = f"start at K={self.k}"
 
-    new_prompt = reset  # the baseline rule starts every prompt afresh
+    def new_prompt(self) -> None:
+        self.reset()  # the baseline rule starts every prompt afresh
 
     def needs_costs(self) -> bool:
         return False  # the baseline rule looks at acceptance only
@@ -246,12 +250,10 @@ class CostModelController:
         verdict_drafts: int = 1,
         verdict_margin: float = 1.0,
     ):
-        if k_init is None:
-            k_init = min(max(4, k_min), k_max)
-        _check_range(k_min, k_max, k_init)
+        _check_range(k_min, k_max)
         self.k_min = k_min
         self.k_max = k_max
-        self.k_init = k_init
+        self.k_init = _clamp(4 if k_init is None else k_init, k_min, k_max)
         self.decay = 0.5 ** (1.0 / half_life)
         self.prior_alpha = prior_alpha
         self.prior_weight = prior_weight
@@ -318,6 +320,12 @@ class CostModelController:
         slope = self._slope(sizes, cost)
         edge = sizes[-1] if n > sizes[-1] else sizes[0]
         return max(cost[edge] + slope * (n - edge), 0.05 * cost[edge])
+
+    def _known_cost(self, n: int) -> float:
+        """step_cost(n) where costs are known to have been measured."""
+        cost = self.step_cost(n)
+        assert cost is not None, "no step cost measured yet"
+        return cost
 
     def _slope(self, sizes: list[int], cost: dict[int, float]) -> float:
         if len(sizes) == 1:
@@ -404,7 +412,7 @@ class CostModelController:
         # than draft models manage on real text, so "cannot pay" means cannot.
         a = max([0.95] + [self.alpha(label) for label in self._acc])
         d = self._draft_ms_min
-        best = max(expected_tokens(a, k) / (d * k + self.step_cost(k + 1)) for k in range(1, self.k_max + 1))
+        best = max(expected_tokens(a, k) / (d * k + self._known_cost(k + 1)) for k in range(1, self.k_max + 1))
         if best * s1 < self.verdict_margin:  # judged at 95%+ acceptance: a noisy step cannot tip it
             self._hopeless_at = s1
             return True
@@ -433,7 +441,7 @@ class CostModelController:
         a = self.free_alpha(source, evidence)
         lo = min(self.k_min, available)
         hi = min(self.k_max, available)
-        rate = {n: expected_tokens(a, n) / self.step_cost(n + 1) for n in range(lo, hi + 1)}
+        rate = {n: expected_tokens(a, n) / self._known_cost(n + 1) for n in range(lo, hi + 1)}
         best = max(rate, key=rate.__getitem__)
         if best > 0 and lo == 0 and rate[best] < rate[0] * (1.0 + self.hysteresis):
             best = 0
@@ -478,3 +486,7 @@ class CostModelController:
         if drafted > 0:
             self._draft_ms.add(draft_ms / drafted, self.beta)
             self._draft_ms_min = min(self._draft_ms_min, draft_ms / drafted)
+
+
+if TYPE_CHECKING:  # the type checker proves both controllers take every call the engine makes
+    _CONTROLLERS: tuple[KController, ...] = (ThresholdController(), CostModelController())

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Protocol
 
 CONTENT_TYPES = ("code", "json", "prose")
 
@@ -172,6 +173,16 @@ def prompt_prior(prompt: str) -> str:
     if _CODE_INTENT.search(prompt):
         return "code"
     return detect_content(prompt[-800:])
+
+
+class Detector(Protocol):
+    """What the engine asks of a content detector."""
+
+    label: str  # the current class: "code", "json", "prose", ...
+
+    def reset(self, prompt: str = "") -> None: ...
+
+    def update(self, piece: str) -> str: ...
 
 
 class ContentDetector:

@@ -1,37 +1,36 @@
 """The speculative loop: draft -> verify in one target batch -> commit / roll back.
 
-One call to `generate` decodes one prompt and yields events (see stats.py). Commands
-arrive on a thread-safe queue and are applied between steps, never inside one, so a
-step always runs with one consistent set of settings.
+`step()` is one speculative step and reads like the paper (gpt-fast's
+`speculative_decode`); `generate()` is the loop around it, with the commands, the
+metrics and the stopping rules outside the step. Commands arrive on a thread-safe queue
+and are applied between steps, never inside one, so a step always runs with one
+consistent, frozen set of settings. The engine is the only writer of its settings: it
+replaces the snapshot, and every change is announced with a SettingsEvent.
 """
 
 from __future__ import annotations
 
 import codecs
-import dataclasses
 import queue
 import time
-from typing import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from specdash.engine import commands as C
+from specdash import events as E
 from specdash.engine.adaptive_draft import propose_adaptive
+from specdash.engine.controller import KController
+from specdash.engine.detector import Detector
 from specdash.engine.drafters.base import Drafter
 from specdash.engine.experts import expert_info, expert_key
 from specdash.engine.llm import LLM
-from specdash.engine.settings import EngineSettings
-from specdash.engine.stats import (
-    Event,
-    NoticeEvent,
-    PrefillEvent,
-    SettingsEvent,
-    SpecCounters,
-    StepEvent,
-    Summary,
-)
+from specdash.engine.settings import EngineSettings, SettingError
+from specdash.engine.stats import SpecCounters
 from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
 from specdash.errors import SpecdashError
+from specdash.events import Event, NoticeEvent, PrefillEvent, SettingsEvent, StepEvent, Summary
+
 
 class TargetReloadError(SpecdashError):
     """A target reload failed after the old model was closed; `target` is the model the
@@ -42,10 +41,28 @@ class TargetReloadError(SpecdashError):
         self.target = target
 
 
-K_LIMIT = 64  # a target batch of K+1 must fit n_batch; beyond ~32 nothing pays on CPU anyway
+@dataclass
+class Run:
+    """One prompt's generation state between steps."""
+
+    tokens: list[int]  # committed: prompt + generated; tokens[-1] is not in the KV yet
+    n_past: int  # tokens in the target's KV cache
+    max_tokens: int
+    generated: int = 0
+    counters: SpecCounters = field(default_factory=SpecCounters)
+    text: list[str] = field(default_factory=list)
+    calibrate: int = 0  # leading steps still to run at K=0 (a plain reference)
+    stop_reason: str = ""  # set when the run must end: eos | max_tokens | context | stopped
+    utf8: codecs.IncrementalDecoder = field(
+        default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
 
 
 class Engine:
+    # Batch sizes measured before adaptive mode's first decision: enough points for the
+    # controller to interpolate a CPU's cost curve (nearly linear, with steps) or see a
+    # GPU's flat one. One pass, ~25 single-token steps of work, once per session.
+    COST_SIZES = (1, 2, 3, 5, 9, 17)
+
     def __init__(
         self,
         target: LLM,
@@ -54,102 +71,137 @@ class Engine:
         *,
         drafter_factory: Callable[[str], Drafter] | None = None,
         reload_target: Callable[[int], LLM] | None = None,
-        controller=None,
-        detector=None,
+        controller: KController | None = None,
+        detector: Detector | None = None,
+        target_path: str | None = None,
+        draft_path: Callable[[], str | None] | None = None,
     ):
         self.target = target
         self.drafter = drafter
         self.settings = settings
         self._make_drafter = drafter_factory
         self._reload_target = reload_target
-        self.controller = controller  # adaptive K (controller.KController); used when settings.adaptive
+        self.controller = controller  # adaptive K; used when settings.adaptive
         self.detector = detector  # content detector; labels steps when present
-        self._queue: queue.Queue[C.Command] = queue.Queue()
+        self._target_path = target_path or str(target.path)
+        self._draft_path = draft_path or (lambda: None)
+        self._queue: queue.Queue[E.Command] = queue.Queue()
         self.paused = False
         self.rng = np.random.default_rng(settings.sampling.seed)
         self.calibrate_steps = 0  # leading steps of the next generate() run at K=0 (plain reference)
+        self._stop = False
+        self._needs_refeed = False  # the target was reloaded: rebuild its KV before the next step
 
     # --- commands -------------------------------------------------------------------
-    def send(self, cmd: C.Command) -> None:
+    def send(self, cmd: E.Command) -> None:
         """Thread-safe; applied before the next step."""
         self._queue.put(cmd)
 
-    def settings_event(self) -> SettingsEvent:
+    def settings_event(self, command: str = "") -> SettingsEvent:
         s = self.settings
         experts = expert_info(self.target, s.experts)  # active count, the file's own when not overridden
+        flat = s.flat()
+        unavailable = {"seek": "only a replay can seek", "speed": "only a replay has a speed"}
+        if not experts:
+            unavailable["experts"] = "the target is a dense model (no experts)"
+        if self._make_drafter is None:
+            unavailable["draft"] = "this engine cannot swap drafters"
+        if self.controller is None:
+            unavailable["adaptive"] = "adaptive K is not available in this engine"
         return SettingsEvent(
-            target=self.target.path.stem,
-            drafter=getattr(self.drafter, "label", self.drafter.name),
-            k=s.k,
-            temperature=s.sampling.temperature,
-            top_k=s.sampling.top_k,
-            top_p=s.sampling.top_p,
-            adaptive=s.adaptive,
-            paused=self.paused,
-            experts=experts[0] if experts else None,
+            source="engine",
+            drafter=self.drafter.label,
+            experts_active=experts[0] if experts else None,
             expert_count=experts[1] if experts else None,
+            paused=self.paused,
+            command=command,
+            unavailable=unavailable,
+            target_path=self._target_path,
+            draft_path=self._draft_path(),
+            t=E.now(),
+            **flat,
         )
 
-    def _apply(self, cmd: C.Command) -> Iterator[Event]:
+    def apply_pending(self) -> Iterator[Event]:
+        """Apply every queued command now, between runs (the bench's sweeps)."""
+        while not self._queue.empty():
+            yield from self._apply(self._queue.get_nowait())
+
+    def _apply(self, cmd: E.Command) -> Iterator[Event]:
         """Apply one command; refusals become notices and leave settings unchanged."""
         s = self.settings
         try:
             match cmd:
-                case C.SetK(k):
-                    if not 0 <= k <= K_LIMIT:
-                        raise SpecdashError(f"K={k} refused: K must be between 0 and {K_LIMIT}")
-                    s.k = k
-                case C.SetDrafter(spec):
+                case E.SetK(k):
+                    self.settings = s.replace(k=k)
+                case E.SetDrafter(spec):
                     if self._make_drafter is None:
                         raise SpecdashError("this engine cannot swap drafters")
                     new = self._make_drafter(spec)  # raises SpecdashError when incompatible
+                    self.settings = s.replace(draft=spec)
                     self.drafter.close()
                     self.drafter = new
-                    s.draft = spec
                     if self.controller:
                         self.controller.reset()
-                case C.SetSampling(temperature, top_k, top_p):
-                    t = s.sampling.temperature if temperature is None else temperature
-                    tk = s.sampling.top_k if top_k is None else top_k
-                    tp = s.sampling.top_p if top_p is None else top_p
-                    if not (0 <= t <= 5 and tk >= 0 and 0 < tp <= 1):
-                        raise SpecdashError(
-                            f"sampling temperature={t} top_k={tk} top_p={tp} refused: "
-                            "need 0 <= temperature <= 5, top_k >= 0, 0 < top_p <= 1"
-                        )
-                    s.sampling = dataclasses.replace(s.sampling, temperature=t, top_k=tk, top_p=tp)
-                case C.SetAdaptive(on):
+                case E.SetSampling(temperature, top_k, top_p):
+                    changes = {k: v for k, v in
+                               (("temperature", temperature), ("top_k", top_k), ("top_p", top_p)) if v is not None}
+                    self.settings = s.replace(**changes)
+                case E.SetAdaptive(on):
                     if on and self.controller is None:
                         raise SpecdashError("adaptive K is not available in this engine")
-                    s.adaptive = on
-                case C.SetExperts(n):
-                    if self._reload_target is None:
-                        raise SpecdashError("this engine cannot reload the target")
-                    expert_key(self.target, n)  # refuse before announcing a reload
-                    yield NoticeEvent("info", f"reloading target with {n} active experts...")
-                    t0 = time.perf_counter()
-                    try:
-                        self.target = self._reload_target(n)
-                    except TargetReloadError as exc:
-                        self.target, self._needs_refeed = exc.target, True
-                        raise
-                    yield NoticeEvent("info", f"target reloaded with {n} active experts in "
-                                      f"{time.perf_counter() - t0:.1f}s; re-feeding the transcript")
-                    s.experts = n
-                    self._needs_refeed = True
-                    if self.controller:  # verify costs measured on the old model no longer hold
-                        self.controller.reset(target_changed=True)
-                case C.Pause():
+                    self.settings = s.replace(adaptive=on)
+                case E.SetExperts(n):
+                    yield from self._reload(n)
+                case E.Forget():
+                    self.drafter.forget()
+                    if self.controller:
+                        self.controller.reset()
+                case E.Pause():
                     self.paused = True
-                case C.Resume():
+                case E.Resume():
                     self.paused = False
-                case C.Stop():
+                case E.Stop():
                     self._stop = True
                     return
-        except SpecdashError as exc:
-            yield NoticeEvent("warning", str(exc))
+                case _:
+                    raise SpecdashError(f"{cmd.text()} refused: the embedded engine does not do that")
+        except SettingError as exc:
+            yield NoticeEvent("warning", f"{cmd.text()} refused: {exc.reason}; kept {self._kept(cmd)}", t=E.now())
             return
-        yield self.settings_event()
+        except SpecdashError as exc:
+            yield NoticeEvent("warning", str(exc), t=E.now())
+            return
+        yield self.settings_event(cmd.text())
+
+    def _kept(self, cmd: E.Command) -> str:
+        """What stays in force after `cmd` was refused, for the notice."""
+        s = self.settings
+        match cmd:
+            case E.SetK():
+                return f"k={s.k}"
+            case E.SetSampling():
+                return f"temp={s.sampling.temperature:g} top_k={s.sampling.top_k} top_p={s.sampling.top_p:g}"
+            case _:
+                return "the previous settings"
+
+    def _reload(self, n: int) -> Iterator[Event]:
+        if self._reload_target is None:
+            raise SpecdashError("this engine cannot reload the target")
+        expert_key(self.target, n)  # refuse before announcing a reload
+        yield NoticeEvent("info", f"reloading target with {n} active experts...", t=E.now())
+        t0 = time.perf_counter()
+        try:
+            self.target = self._reload_target(n)
+        except TargetReloadError as exc:
+            self.target, self._needs_refeed = exc.target, True
+            raise
+        yield NoticeEvent("info", f"target reloaded with {n} active experts in "
+                          f"{time.perf_counter() - t0:.1f}s; re-feeding the transcript", t=E.now())
+        self.settings = self.settings.replace(experts=n)
+        self._needs_refeed = True
+        if self.controller:  # verify costs measured on the old model no longer hold
+            self.controller.reset(target_changed=True)
 
     def _drain(self) -> Iterator[Event]:
         """Apply queued commands; while paused, block until resumed or stopped."""
@@ -162,195 +214,201 @@ class Engine:
             if self._stop or (not self.paused and self._queue.empty()):
                 return
 
-    # Batch sizes measured before adaptive mode's first decision: enough points for the
-    # controller to interpolate a CPU's cost curve (nearly linear, with steps) or see a
-    # GPU's flat one. One pass, ~25 single-token steps of work, once per session.
-    COST_SIZES = (1, 2, 3, 5, 9, 17)
-
-    def _measure_costs(self, tokens: list[int], n_past: int) -> Iterator[Event]:
+    def _measure_costs(self, run: Run) -> Iterator[Event]:
         ctl, target = self.controller, self.target
         if not (self.settings.adaptive and ctl is not None and ctl.needs_costs()):
             return
-        sizes = [n for n in self.COST_SIZES if n <= target.n_batch and n_past + n < target.n_ctx]
+        sizes = [n for n in self.COST_SIZES if n <= target.n_batch and run.n_past + n < target.n_ctx]
         ms: dict[int, float] = {}
         t0 = time.perf_counter()
         for n in sizes:
-            junk = (tokens * n)[-n:]  # any valid tokens: only the time is kept
+            junk = (run.tokens * n)[-n:]  # any valid tokens: only the time is kept
             t = time.perf_counter()
-            target.decode(junk, n_past, logits="all")
+            target.decode(junk, run.n_past, logits="all")
             ms[n] = (time.perf_counter() - t) * 1e3
-            target.kv_truncate(n_past)
+            target.kv_truncate(run.n_past)
         if not ms:
             return
         ctl.seed_costs(ms)
         unit = ms[sizes[0]]
         curve = ", ".join(f"{n}: {v / unit:.1f}x" for n, v in ms.items() if n > 1)
         yield NoticeEvent("info", f"adaptive K: measured target batch costs in "
-                          f"{time.perf_counter() - t0:.1f}s (tokens: cost vs one token) {curve}")
+                          f"{time.perf_counter() - t0:.1f}s (tokens: cost vs one token) {curve}", t=E.now())
+
+    # --- one step -------------------------------------------------------------------
+    def step(self, run: Run) -> StepEvent:
+        """Draft up to K tokens, verify them in one target batch, commit the accepted
+        prefix plus one target token, roll back the rest."""
+        s, target = self.settings, self.target
+        t_step = time.perf_counter()
+        content = self.detector.label if self.detector is not None else ""
+        # Never draft past the context or the token budget: those tokens could not be kept.
+        room = max(0, min(target.n_ctx - run.n_past - 2, run.max_tokens - run.generated - 1, target.n_batch - 1))
+
+        # 1. Draft.
+        decision = ""
+        if run.calibrate <= 0 and s.adaptive and self.controller is not None:
+            draft, k, decision = propose_adaptive(
+                self.drafter, run.tokens, self.controller, content, min(room, s.k_max), s.sampling, self.rng
+            )
+        else:
+            if run.calibrate > 0:
+                k, decision = 0, "calibrating plain decoding"
+                run.calibrate -= 1
+            else:
+                k = min(s.k, room)
+            # Called even at K=0: history-keeping drafters (suffix) must see every step.
+            draft = self.drafter.propose(run.tokens, k, s.sampling, self.rng)
+        draft = draft.cut(k)  # a drafter may not overrun K
+        t_draft = time.perf_counter()
+
+        # 2. Verify: the last committed token and the draft in ONE batch, logits for all.
+        logits = target.decode([run.tokens[-1], *draft.tokens], run.n_past, logits="all")
+        assert logits is not None
+        if s.sampling.greedy:
+            argmax = logits.argmax(axis=1)
+            t_verify = time.perf_counter()
+            n_acc, nxt = verify_greedy(argmax, draft.tokens)
+        else:
+            probs = process_logits(logits, s.sampling)
+            t_verify = time.perf_counter()
+            n_acc, nxt = verify_sampling(probs, draft.tokens, draft.probs, self.rng)
+
+        # 3. Commit the accepted prefix and the target's own token; roll back the rest.
+        if n_acc < len(draft.tokens):
+            target.kv_truncate(run.n_past + 1 + n_acc)
+        run.n_past += 1 + n_acc
+        committed = [*draft.tokens[:n_acc], nxt]
+        from_draft = [True] * n_acc + [False]
+        run.tokens.extend(committed)
+
+        # End of generation can fall inside the accepted run: cut there.
+        for i, tok in enumerate(committed):
+            if target.is_eog(tok):
+                committed, from_draft = committed[:i], from_draft[:i]
+                run.stop_reason = "eos"
+                break
+        if run.generated + len(committed) > run.max_tokens:
+            committed = committed[: run.max_tokens - run.generated]
+            from_draft = from_draft[: len(committed)]
+        run.generated += len(committed)
+        pieces = [run.utf8.decode(target.piece(t)) for t in committed]
+        run.text.extend(pieces)
+        if self.detector is not None:
+            self.detector.update("".join(pieces))
+
+        t_end = time.perf_counter()
+        ev = StepEvent(
+            step=run.counters.steps + 1,
+            k=k,
+            drafter=draft.source if draft.tokens else "none",
+            drafted=len(draft.tokens),
+            accepted=n_acc,
+            tokens=committed,
+            pieces=pieces,
+            from_draft=from_draft,
+            draft_ms=(t_draft - t_step) * 1e3,
+            verify_ms=(t_verify - t_draft) * 1e3,
+            other_ms=(t_end - t_verify) * 1e3,
+            n_past=run.n_past,
+            n_generated=run.generated,
+            t=t_end,
+            content=content,
+            adaptive=s.adaptive,
+            decision=decision,
+        )
+        run.counters.add(ev)
+        if self.controller is not None:
+            self.controller.observe(
+                k, ev.drafted, n_acc, ev.draft_ms - draft.prep_ms, ev.verify_ms, ev.other_ms,
+                content, evidence=draft.evidence, source=draft.source,
+            )
+        return ev
 
     # --- the loop -------------------------------------------------------------------
     def generate(self, prompt: Sequence[int], max_tokens: int) -> Iterator[Event]:
-        target, s = self.target, self.settings
         if len(prompt) == 0:
             raise SpecdashError("the prompt is empty")
-        if len(prompt) + 1 > target.n_ctx:
+        if len(prompt) + 1 > self.target.n_ctx:
             raise SpecdashError(
-                f"the prompt is {len(prompt)} tokens but the context holds {target.n_ctx}; "
+                f"the prompt is {len(prompt)} tokens but the context holds {self.target.n_ctx}; "
                 "use a shorter prompt or a larger --ctx"
             )
         self._stop = False
         self._needs_refeed = False
-        # A Stop queued before this run started was meant for the previous run.
-        pending = []
-        while not self._queue.empty():
-            cmd = self._queue.get_nowait()
-            if not isinstance(cmd, C.Stop):
-                pending.append(cmd)
+        # A Stop queued before this run started was meant for the previous run; the rest
+        # apply now, before the prefill, so a new drafter sees the prompt.
+        pending = [cmd for cmd in iter_queue(self._queue) if not isinstance(cmd, E.Stop)]
         for cmd in pending:
-            self._queue.put(cmd)
+            yield from self._apply(cmd)
+        yield self.settings_event()
+
+        target = self.target
         target.clear()
         self.drafter.reset()
         if self.controller:
             self.controller.new_prompt()
         if self.detector is not None:  # the prompt's own class is the prior for the first tokens
             self.detector.reset(target.detokenize(prompt))
-        yield self.settings_event()
-
         t0 = time.perf_counter()
         target.prefill(prompt[:-1])
         self.drafter.prefill(prompt)
         prefill_ms = (time.perf_counter() - t0) * 1e3
-        yield PrefillEvent(len(prompt) - 1, prefill_ms)
+        yield PrefillEvent(len(prompt) - 1, prefill_ms, t=E.now())
 
-        tokens = list(prompt)  # committed: prompt + generated; tokens[-1] is not in the KV yet
-        n_past = len(tokens) - 1
-        yield from self._measure_costs(tokens, n_past)  # once per session, before the clock starts
-        utf8 = codecs.getincrementaldecoder("utf-8")("replace")
-        text: list[str] = []
-        counters = SpecCounters()
-        generated = 0
-        stop_reason = "max_tokens"
-        calibrate = self.calibrate_steps
+        run = Run(list(prompt), len(prompt) - 1, max_tokens, calibrate=self.calibrate_steps)
+        yield from self._measure_costs(run)  # once per session, before the clock starts
         decode_start = time.perf_counter()
-
-        while generated < max_tokens:
+        while not run.stop_reason:
+            if run.generated >= max_tokens:
+                run.stop_reason = "max_tokens"
+                break
             yield from self._drain()
             if self._stop:
-                stop_reason = "stopped"
+                run.stop_reason = "stopped"
                 break
             if self._needs_refeed:  # target reloaded (expert count): rebuild its KV
-                target = self.target
-                target.prefill(tokens[:-1])
+                self.target.prefill(run.tokens[:-1])
                 self._needs_refeed = False
-            if n_past + 1 >= target.n_ctx:
-                stop_reason = "context"
+            if run.n_past + 1 >= self.target.n_ctx:
+                run.stop_reason = "context"
                 break
-            t_step = time.perf_counter()
+            if self.settings.adaptive:
+                yield from self._measure_costs(run)  # adaptive switched on mid-run
+            yield self.step(run)
+        yield self._summary(run, prompt, prefill_ms, time.perf_counter() - decode_start)
 
-            content = ""
-            decision = ""
-            if self.detector is not None:
-                content = self.detector.label
-            # Never draft past the context or the token budget: those tokens could not be kept.
-            room = max(0, min(target.n_ctx - n_past - 2, max_tokens - generated - 1, target.n_batch - 1))
-            adaptive = calibrate <= 0 and s.adaptive and self.controller is not None
-            if adaptive:
-                yield from self._measure_costs(tokens, n_past)  # adaptive switched on mid-run
-                draft, k, decision = propose_adaptive(
-                    self.drafter, tokens, self.controller, content, min(room, s.k_max), s.sampling, self.rng
-                )
-            else:
-                if calibrate > 0:
-                    k, decision = 0, "calibrating plain decoding"
-                    calibrate -= 1
-                else:
-                    k = s.k
-                k = min(k, room)
-                # Called even at K=0: history-keeping drafters (suffix) must see every step.
-                draft = self.drafter.propose(tokens, k, s.sampling, self.rng)
-            draft = draft.cut(k)  # a drafter may not overrun K
-            t_draft = time.perf_counter()
-
-            logits = target.decode([tokens[-1], *draft.tokens], n_past, logits="all")
-            if s.sampling.greedy:
-                argmax = logits.argmax(axis=1)
-                t_verify = time.perf_counter()
-                n_acc, nxt = verify_greedy(argmax, draft.tokens)
-            else:
-                probs = process_logits(logits, s.sampling)
-                t_verify = time.perf_counter()
-                n_acc, nxt = verify_sampling(probs, draft.tokens, draft.probs, self.rng)
-
-            if n_acc < len(draft.tokens):  # roll back the rejected positions
-                target.kv_truncate(n_past + 1 + n_acc)
-            n_past += 1 + n_acc
-            committed = [*draft.tokens[:n_acc], nxt]
-            from_draft = [True] * n_acc + [False]
-            tokens.extend(committed)
-
-            # End of generation can fall inside the accepted run: cut there.
-            for i, tok in enumerate(committed):
-                if target.is_eog(tok):
-                    committed, from_draft = committed[:i], from_draft[:i]
-                    stop_reason = "eos"
-                    break
-            if generated + len(committed) > max_tokens:
-                committed = committed[: max_tokens - generated]
-                from_draft = from_draft[: len(committed)]
-            generated += len(committed)
-            pieces = [utf8.decode(target.piece(t)) for t in committed]
-            text.extend(pieces)
-            if self.detector is not None:
-                self.detector.update("".join(pieces))
-
-            t_end = time.perf_counter()
-            ev = StepEvent(
-                step=counters.steps + 1,
-                k=k,
-                drafter=draft.source if draft.tokens else "none",
-                drafted=len(draft.tokens),
-                accepted=n_acc,
-                tokens=committed,
-                pieces=pieces,
-                from_draft=from_draft,
-                draft_ms=(t_draft - t_step) * 1e3,
-                verify_ms=(t_verify - t_draft) * 1e3,
-                other_ms=(t_end - t_verify) * 1e3,
-                n_past=n_past,
-                n_generated=generated,
-                t=t_end,
-                content=content,
-                adaptive=s.adaptive,
-                decision=decision,
-            )
-            counters.add(ev)
-            if self.controller is not None:
-                self.controller.observe(
-                    k, ev.drafted, n_acc, ev.draft_ms - draft.prep_ms, ev.verify_ms, ev.other_ms,
-                    content, evidence=draft.evidence, source=draft.source,
-                )
-            yield ev
-            if stop_reason == "eos":
-                break
-        decode_s = time.perf_counter() - decode_start
-        text.append(utf8.decode(b"", final=True))
-        yield Summary(
-            text="".join(text),
-            stop_reason=stop_reason,
+    def _summary(self, run: Run, prompt: Sequence[int], prefill_ms: float, decode_s: float) -> Summary:
+        run.text.append(run.utf8.decode(b"", final=True))
+        c = run.counters
+        return Summary(
+            text="".join(run.text),
+            stop_reason=run.stop_reason,
             n_prompt=len(prompt),
-            n_generated=generated,
-            num_drafts=counters.num_drafts,
-            num_draft_tokens=counters.num_draft_tokens,
-            num_accepted_tokens=counters.num_accepted_tokens,
-            num_accepted_tokens_per_pos=list(counters.per_pos_accepted),
-            acceptance_rate=counters.acceptance_rate,
-            mean_accepted_length=counters.mean_accepted_length,
-            tokens_per_s=generated / decode_s if decode_s > 0 else 0.0,
+            n_generated=run.generated,
+            num_drafts=c.num_drafts,
+            num_draft_tokens=c.num_draft_tokens,
+            num_accepted_tokens=c.num_accepted_tokens,
+            num_accepted_tokens_per_pos=list(c.per_pos_accepted),
+            acceptance_rate=c.acceptance_rate,
+            mean_accepted_length=c.mean_accepted_length,
+            tokens_per_s=run.generated / decode_s if decode_s > 0 else 0.0,
             prefill_tokens_per_s=(len(prompt) - 1) / (prefill_ms / 1e3) if prefill_ms > 0 else 0.0,
             prefill_ms=prefill_ms,
             decode_s=decode_s,
-            draft_ms=counters.draft_ms,
-            verify_ms=counters.verify_ms,
-            other_ms=counters.other_ms,
-            steps=counters.steps,
+            draft_ms=c.draft_ms,
+            verify_ms=c.verify_ms,
+            other_ms=c.other_ms,
+            steps=c.steps,
+            t=E.now(),
         )
+
+
+def iter_queue(q: queue.Queue[E.Command]) -> list[E.Command]:
+    """Everything queued right now, removed from the queue."""
+    out = []
+    while True:
+        try:
+            out.append(q.get_nowait())
+        except queue.Empty:
+            return out

@@ -7,52 +7,22 @@ KV-cache rollback of rejected positions. The high-level `Llama` class does neith
 
 from __future__ import annotations
 
-import collections
 import ctypes
-import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Literal, Sequence, overload
 
 import numpy as np
 import llama_cpp as ll
 
+from specdash.engine.llamalog import clear_tail, last_log_error
 from specdash.errors import SpecdashError
+from specdash.telemetry.cpu import physical_cores
 
-# llama.cpp logs everything to stderr by default, which would tear through the TUI and the
-# JSON-lines stream. Keep the last lines instead: they explain load failures.
-_LOG_TAIL: collections.deque[str] = collections.deque(maxlen=50)
-
-
-@ll.llama_log_callback
-def _log_to_tail(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    if text:
-        _LOG_TAIL.append(text.decode("utf-8", "replace").rstrip("\n"))
-
-
-ll.llama_log_set(_log_to_tail, ctypes.c_void_p(0))
 ll.llama_backend_init()
 
 
-def last_log_error() -> str:
-    """The most telling recent llama.cpp log line (for one-line error messages)."""
-    for line in reversed(_LOG_TAIL):
-        low = line.lower()
-        if any(w in low for w in ("error", "failed", "invalid", "not within", "corrupt")):
-            return line.strip()
-    return _LOG_TAIL[-1].strip() if _LOG_TAIL else ""
-
-
-def physical_cores() -> int:
-    try:
-        import psutil
-
-        return psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    except Exception:  # psutil cannot read topology in some containers
-        return os.cpu_count() or 1
-
-
-def _kv_override_array(overrides: dict[str, int | float | bool]) -> ctypes.Array:
-    arr = (ll.llama_model_kv_override * (len(overrides) + 1))()
+def _kv_override_array(overrides: dict[str, int | float | bool]) -> Any:
+    arr: Any = (ll.llama_model_kv_override * (len(overrides) + 1))()
     for i, (key, value) in enumerate(overrides.items()):
         arr[i].key = key.encode()
         if isinstance(value, bool):
@@ -85,7 +55,7 @@ class LLM:
         if self.kv_overrides:
             self._kv_arr = _kv_override_array(self.kv_overrides)  # must outlive the load
             mparams.kv_overrides = self._kv_arr
-        _LOG_TAIL.clear()
+        clear_tail()
         self.model = ll.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self.model:
             why = last_log_error() or "llama.cpp could not load it"
@@ -101,7 +71,7 @@ class LLM:
         self._batch = None
         if vocab_only:
             return
-        self.n_threads = n_threads or physical_cores()
+        self.n_threads = n_threads or physical_cores().count
         cparams = ll.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = n_batch
@@ -184,7 +154,14 @@ class LLM:
         return buf.raw[:n].decode("utf-8", "replace")
 
     # --- decoding -------------------------------------------------------------------
-    def decode(self, tokens: Sequence[int], start_pos: int, logits: str | None = "all") -> np.ndarray | None:
+    @overload
+    def decode(self, tokens: Sequence[int], start_pos: int, logits: Literal["all", "last"] = "all") -> np.ndarray: ...
+
+    @overload
+    def decode(self, tokens: Sequence[int], start_pos: int, logits: None) -> None: ...
+
+    def decode(self, tokens: Sequence[int], start_pos: int, logits: Literal["all", "last"] | None = "all"
+               ) -> np.ndarray | None:
         """Decode `tokens` at positions start_pos.. in one batch (must fit n_batch).
 
         logits: "all" -> (len, n_vocab) rows, "last" -> (1, n_vocab), None -> nothing.
@@ -193,7 +170,7 @@ class LLM:
         n = len(tokens)
         if n == 0 or n > self.n_batch:
             raise ValueError(f"batch of {n} tokens (n_batch={self.n_batch})")
-        b = self._batch
+        b: Any = self._batch
         b.n_tokens = n
         want_all = logits == "all"
         for i, tok in enumerate(tokens):
@@ -211,7 +188,8 @@ class LLM:
             return None
         rows = n if want_all else 1
         ptr = ll.llama_get_logits(self.ctx)
-        return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
+        out: np.ndarray = np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
+        return out
 
     def prefill(self, tokens: Sequence[int], start_pos: int = 0) -> None:
         """Decode a long sequence in n_batch chunks without logits."""
@@ -237,7 +215,7 @@ class LLM:
             ll.llama_model_free(self.model)
             self.model = None
 
-    def __del__(self):  # a best effort: native memory is large (GBs)
+    def __del__(self) -> None:  # a best effort: native memory is large (GBs)
         try:
             self.close()
         except Exception:

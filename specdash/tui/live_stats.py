@@ -12,16 +12,14 @@ pause does not draw a flat line and a reload does not look like a slow step.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from specdash.engine.stats import (
-    NoticeEvent,
-    PrefillEvent,
-    SettingsEvent,
-    SpecCounters,
-    StepEvent,
-    Summary,
-)
+from specdash.engine.stats import SpecCounters
+from specdash.events import CountersEvent, Event, PrefillEvent, SettingsEvent, StepEvent, Summary
+
+# Settings whose change is a hot-swap worth a marker on the time charts, with the short
+# label the marker carries.
+MARKED = {"k": "K", "draft": "draft", "temperature": "T", "adaptive": "adaptive", "experts": "experts"}
 
 
 @dataclass(slots=True)
@@ -34,6 +32,7 @@ class Bin:
     drafted: int = 0
     accepted: int = 0
     k: int = 0  # K of the bin's last step
+    markers: list[str] = field(default_factory=list)  # hot-swaps that happened in this bin
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -59,7 +58,7 @@ class LiveStats:
         self._open = Bin()
         self.total = SpecCounters()  # the whole session, every prompt
         self.run = SpecCounters()  # the current prompt
-        self.recent: deque[StepEvent] = deque(maxlen=recent_steps)
+        self.recent: deque[StepEvent | CountersEvent] = deque(maxlen=recent_steps)
         self._recent_dt: deque[tuple[float, int]] = deque()  # (decode seconds, tokens)
         self._recent_dt_sum = 0.0
         self._plain: deque[float] = deque(maxlen=plain_steps)  # seconds per token, K=0 steps
@@ -69,13 +68,17 @@ class LiveStats:
         self.last_summary: Summary | None = None
         self.last_prefill: PrefillEvent | None = None
         self.drafter = ""  # the configured drafter (settings), not the per-step source
+        self._pending_markers: list[str] = []  # hot-swaps waiting for the next bin with data
 
     # --- feeding ---------------------------------------------------------------------
-    def feed(self, ev: object) -> None:
+    def feed(self, ev: Event) -> None:
         match ev:
             case StepEvent():
                 self._step(ev)
+            case CountersEvent():
+                self._counters(ev)
             case SettingsEvent():
+                self._mark(self.settings, ev)
                 self.settings = ev
                 self.drafter = ev.drafter
                 self._prev_t = None
@@ -86,14 +89,36 @@ class LiveStats:
             case Summary():
                 self.last_summary = ev
                 self._prev_t = None
-            case NoticeEvent():
-                pass
+
+    def _mark(self, old: SettingsEvent | None, new: SettingsEvent) -> None:
+        """A marker for each hot-swap: a change of K, drafter, temperature, adaptive or
+        experts between two snapshots (not the first snapshot, not a pause)."""
+        if old is None:
+            return
+        for name, label in MARKED.items():
+            before, after = getattr(old, name), getattr(new, name)
+            if before != after:
+                if name == "adaptive":
+                    self._pending_markers.append(f"adaptive {'on' if after else 'off'}")
+                elif name == "draft":
+                    self._pending_markers.append(f"{new.drafter}")
+                else:
+                    self._pending_markers.append(f"{label}={after:g}" if isinstance(after, float) else f"{label}={after}")
+
+    def _counters(self, ev: CountersEvent) -> None:
+        """A remote source's poll: one bin's worth of steps at once."""
+        self.total.add_counters(ev)
+        self.run.add_counters(ev)
+        self.recent.append(ev)
+        self._add(ev.seconds, ev.tokens, ev.steps, ev.num_draft_tokens, ev.num_accepted_tokens,
+                  ev.k if ev.k is not None else self._open.k)
 
     def _step(self, ev: StepEvent) -> None:
         # The first step after a prefill, a pause or a settings change has no predecessor
         # in the same stretch of decoding: its own measured cost stands in.
-        first_of_stretch = self._prev_t is None
-        dt = ev.step_ms / 1e3 if first_of_stretch else max(ev.t - self._prev_t, 0.0)
+        prev = self._prev_t
+        first_of_stretch = prev is None
+        dt = ev.step_ms / 1e3 if prev is None else max(ev.t - prev, 0.0)
         self._prev_t = ev.t
         n = len(ev.tokens)
         self.total.add(ev)
@@ -101,23 +126,28 @@ class LiveStats:
         self.recent.append(ev)
         self.last_step = ev
 
-        self._recent_dt.append((dt, n))
-        self._recent_dt_sum += dt
-        while len(self._recent_dt) > 1 and self._recent_dt_sum - self._recent_dt[0][0] >= self.rate_window_s:
-            self._recent_dt_sum -= self._recent_dt.popleft()[0]
-
         # The first step of a stretch is timed differently (its own cost, which includes
         # warm-up right after prefill), so the reference takes only steady-state steps.
         if ev.k == 0 and ev.drafted == 0 and not first_of_stretch and n:
             self._plain.append(dt / n)
 
+        self._add(dt, n, 1, ev.drafted, ev.accepted, ev.k)
+
+    def _add(self, dt: float, tokens: int, steps: int, drafted: int, accepted: int, k: int) -> None:
+        self._recent_dt.append((dt, tokens))
+        self._recent_dt_sum += dt
+        while len(self._recent_dt) > 1 and self._recent_dt_sum - self._recent_dt[0][0] >= self.rate_window_s:
+            self._recent_dt_sum -= self._recent_dt.popleft()[0]
         b = self._open
+        if self._pending_markers:
+            b.markers.extend(self._pending_markers)
+            self._pending_markers.clear()
         b.seconds += dt
-        b.tokens += n
-        b.steps += 1
-        b.drafted += ev.drafted
-        b.accepted += ev.accepted
-        b.k = ev.k
+        b.tokens += tokens
+        b.steps += steps
+        b.drafted += drafted
+        b.accepted += accepted
+        b.k = k
         if b.seconds >= self.bin_seconds:
             self.bins.append(b)
             self._open = Bin()
@@ -147,7 +177,10 @@ class LiveStats:
         averaged with minutes-old settings."""
         counters = SpecCounters()
         for ev in self.recent:
-            counters.add(ev)
+            if isinstance(ev, StepEvent):
+                counters.add(ev)
+            else:
+                counters.add_counters(ev)
         return counters
 
     def series(self, n: int) -> list[Bin]:

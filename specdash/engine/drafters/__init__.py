@@ -1,5 +1,23 @@
-"""Draft sources behind one interface (see base.Drafter)."""
+"""Draft sources behind one interface (see base.Drafter).
 
-from specdash.engine.drafters.base import Draft, Drafter, NoDrafter
+The drafter names live here and nowhere else: a drafter spec is one of KINDS, or else
+a draft model (a registry name or a GGUF path).
+"""
 
-__all__ = ["Draft", "Drafter", "NoDrafter"]
+from specdash.engine.drafters.base import Borrowed, Draft, Drafter, NoDrafter
+
+# Model-free drafter kinds, with what each does (for --help and the draft picker).
+KINDS: dict[str, str] = {
+    "lookup": "prompt lookup: copy what followed the last match of the recent n-gram",
+    "suffix": "suffix matching over the prompt and this session's earlier outputs",
+    "chain": "lookup, then suffix, then the draft model: the first with a draft wins",
+    "none": "plain decoding (K=0)",
+}
+
+
+def is_model(spec: str) -> bool:
+    """Whether a drafter spec names a draft model rather than a model-free kind."""
+    return spec not in KINDS
+
+
+__all__ = ["KINDS", "Borrowed", "Draft", "Drafter", "NoDrafter", "is_model"]

@@ -27,10 +27,10 @@ class Draft:
     prep_ms: float = 0.0
 
     @staticmethod
-    def empty(source: str = "none") -> "Draft":
+    def empty(source: str = "none") -> Draft:
         return Draft([], None, source)
 
-    def cut(self, n: int) -> "Draft":
+    def cut(self, n: int) -> Draft:
         """The first n tokens (a controller verifies only what it expects to pay)."""
         if n >= len(self.tokens):
             return self
@@ -39,18 +39,26 @@ class Draft:
 
 
 class Drafter(Protocol):
-    name: str
+    """llama.cpp's common_speculative in Python: the kind of source is hidden behind
+    these few calls, so the engine and the adaptive controller never ask what it is."""
+
+    name: str  # the kind: "draft" (a model), "lookup", "suffix", "chain", "none"
+    label: str  # what the operator sees: the model's name, "lookup", "chain: lookup → suffix → X"
     # True when proposing costs next to nothing (lookup, suffix): the adaptive engine then
     # asks for the longest draft and lets the controller cut it, instead of choosing K first.
     free: bool
 
+    def parts(self) -> Sequence[Drafter]:
+        """The sources adaptive mode judges one by one: a chain's members, else [self]."""
+        ...
+
     def propose(
-        self, tokens: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator
+        self, tokens: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator | None
     ) -> Draft:
         """Propose up to k tokens continuing `tokens` (the whole committed sequence,
         prompt + generated so far). A drafter with state (a draft model's KV cache, an
         n-gram index) brings itself in step with `tokens` here, rolling back whatever
-        the target rejected since the last call."""
+        the target rejected since the last call. k = 0 means "look, do not draft"."""
         ...
 
     def prefill(self, tokens: Sequence[int]) -> None:
@@ -62,6 +70,10 @@ class Drafter(Protocol):
         """A new prompt starts: forget per-sequence state (keep cross-prompt memory)."""
         ...
 
+    def forget(self) -> None:
+        """Forget cross-prompt memory too (the suffix drafter's earlier outputs): a cold start."""
+        ...
+
     def close(self) -> None:
         """Free native resources (model, context)."""
         ...
@@ -71,15 +83,23 @@ class NoDrafter:
     """K=0 everywhere: plain decoding through the same loop."""
 
     name = "none"
+    label = "none"
     free = True
 
-    def propose(self, tokens, k, sampling, rng) -> Draft:
+    def parts(self) -> Sequence[Drafter]:
+        return [self]
+
+    def propose(self, tokens: Sequence[int], k: int, sampling: SamplingParams,
+                rng: np.random.Generator | None) -> Draft:
         return Draft.empty()
 
-    def prefill(self, tokens) -> None:
+    def prefill(self, tokens: Sequence[int]) -> None:
         pass
 
     def reset(self) -> None:
+        pass
+
+    def forget(self) -> None:
         pass
 
     def close(self) -> None:
@@ -93,17 +113,26 @@ class Borrowed:
     def __init__(self, inner: Drafter):
         self.inner = inner
         self.name = inner.name
-        self.label = getattr(inner, "label", inner.name)
-        self.free = getattr(inner, "free", False)
+        self.label = inner.label
+        self.free = inner.free
 
-    def propose(self, tokens, k, sampling, rng) -> Draft:
+    def parts(self) -> Sequence[Drafter]:
+        inner = self.inner.parts()
+        # A lent chain is still a chain; a lent single source is this loan.
+        return [self] if len(inner) == 1 and inner[0] is self.inner else inner
+
+    def propose(self, tokens: Sequence[int], k: int, sampling: SamplingParams,
+                rng: np.random.Generator | None) -> Draft:
         return self.inner.propose(tokens, k, sampling, rng)
 
-    def prefill(self, tokens) -> None:
+    def prefill(self, tokens: Sequence[int]) -> None:
         self.inner.prefill(tokens)
 
     def reset(self) -> None:
         self.inner.reset()
+
+    def forget(self) -> None:
+        self.inner.forget()
 
     def close(self) -> None:
         pass

@@ -29,9 +29,13 @@ class ChainDrafter:
         if not sources:
             raise ValueError("ChainDrafter needs at least one source")
         self.sources = list(sources)
+        self.label = "chain: " + " → ".join(s.label for s in self.sources)
+
+    def parts(self) -> Sequence[Drafter]:
+        return self.sources
 
     def propose(
-        self, tokens: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator
+        self, tokens: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator | None
     ) -> Draft:
         draft = Draft.empty()
         for source in self.sources:
@@ -48,6 +52,10 @@ class ChainDrafter:
     def reset(self) -> None:
         for source in self.sources:
             source.reset()
+
+    def forget(self) -> None:
+        for source in self.sources:
+            source.forget()
 
     def close(self) -> None:
         for source in self.sources:

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from specdash.engine.drafters.base import Draft
+from specdash.engine.drafters.base import Draft, Drafter
 from specdash.engine.llm import LLM
 from specdash.engine.settings import SamplingParams
 from specdash.engine.verify import process_logits, sample
@@ -16,6 +16,9 @@ from specdash.engine.verify import process_logits, sample
 class DraftModelDrafter:
     name = "draft"
     free = False
+
+    def parts(self) -> Sequence[Drafter]:
+        return [self]
 
     def __init__(self, llm: LLM, p_min: float = 0.0, label: str | None = None):
         self.llm = llm
@@ -46,7 +49,7 @@ class DraftModelDrafter:
             del kv[n:]
         feed = list(tokens[n:])
         t0 = time.perf_counter()
-        logits = None
+        logits = np.empty((0, 0))
         for i in range(0, len(feed), self.llm.n_batch):
             chunk = feed[i : i + self.llm.n_batch]
             logits = self.llm.decode(chunk, n + i, logits="last")
@@ -57,10 +60,11 @@ class DraftModelDrafter:
         # more means this drafter sat out steps, and the rest was catch-up.
         extra = max(len(feed) - 2, 0)
         self._prep_ms = (time.perf_counter() - t0) * 1e3 * extra / len(feed)
-        return logits[0]
+        row: np.ndarray = logits[0]
+        return row
 
     def propose(
-        self, tokens: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator
+        self, tokens: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator | None
     ) -> Draft:
         if k <= 0:
             return Draft.empty(self.name)
@@ -76,6 +80,7 @@ class DraftModelDrafter:
                 q = process_logits(logits, sampling)
                 if self.p_min > 0 and float(q.max()) < self.p_min:
                     break
+                assert rng is not None, "sampling needs the engine's rng"
                 tok = sample(q, rng)
                 probs.append(q)
             out.append(tok)
@@ -94,6 +99,9 @@ class DraftModelDrafter:
         self.llm.clear()
         self._kv.clear()
         self._committed = 0
+
+    def forget(self) -> None:
+        pass  # a draft model keeps nothing across prompts
 
     def close(self) -> None:
         self.llm.close()

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specdash.engine.drafters.base import Draft
+from specdash.engine.drafters.base import Draft, Drafter
 from specdash.engine.settings import SamplingParams
 from specdash.errors import SpecdashError
 
@@ -64,7 +64,11 @@ class PromptLookupDrafter:
     """
 
     name = "lookup"
+    label = "lookup"
     free = True
+
+    def parts(self) -> Sequence[Drafter]:
+        return [self]
 
     def __init__(self, min_ngram: int = 1, max_ngram: int = 4):
         if not 1 <= min_ngram <= max_ngram:
@@ -88,7 +92,7 @@ class PromptLookupDrafter:
         self._indexed = max(self._indexed, end)
 
     def propose(
-        self, tokens: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator
+        self, tokens: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator | None
     ) -> Draft:
         if self._mirror.sync(tokens):
             self._last_start.clear()
@@ -111,6 +115,9 @@ class PromptLookupDrafter:
         self._mirror.clear()
         self._last_start.clear()
         self._indexed = 0
+
+    def forget(self) -> None:
+        self.reset()  # all its memory is the current sequence
 
     def close(self) -> None:
         self.reset()

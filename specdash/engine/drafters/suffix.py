@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specdash.engine.drafters.base import Draft
+from specdash.engine.drafters.base import Draft, Drafter
 from specdash.engine.drafters.lookup import TokenMirror
 from specdash.engine.settings import SamplingParams
 from specdash.errors import SpecdashError
@@ -82,7 +82,11 @@ class SuffixDrafter:
     """
 
     name = "suffix"
+    label = "suffix"
     free = True
+
+    def parts(self) -> Sequence[Drafter]:
+        return [self]
 
     def __init__(
         self,
@@ -167,7 +171,7 @@ class SuffixDrafter:
         return 0, []
 
     def propose(
-        self, tokens: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator
+        self, tokens: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator | None
     ) -> Draft:
         if not self._mirror.extends(tokens):  # a new sequence without reset()
             self._archive()
@@ -219,6 +223,13 @@ class SuffixDrafter:
 
     def reset(self) -> None:
         self._archive()
+        self._start()
+
+    def forget(self) -> None:
+        """Drop every earlier sequence: the next prompt starts with no memory."""
+        self._history.clear()
+        self._history_tokens = 0
+        self._caller_tokens = None
         self._start()
 
     def close(self) -> None:

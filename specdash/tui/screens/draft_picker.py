@@ -13,12 +13,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
-MODEL_FREE = (
-    ("lookup", "prompt lookup: copies n-grams seen in the prompt/output (no model, free)"),
-    ("suffix", "suffix structure over the prompt and this session's outputs (free)"),
-    ("chain", "lookup, then suffix, then the draft model: first that drafts wins"),
-    ("none", "no draft: plain decoding through the same loop"),
-)
+from specdash.engine.drafters import KINDS
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +29,7 @@ def draft_choices() -> list[DraftChoice]:
     """Model-free sources, then every model the registry knows (cached ones selectable)."""
     from specdash.models.registry import list_models
 
-    choices = [DraftChoice(spec, desc, True) for spec, desc in MODEL_FREE]
+    choices = [DraftChoice(spec, desc, True) for spec, desc in KINDS.items()]
     for entry in list_models():
         reason = "" if entry.cached else f"not cached: run `specdash models fetch {entry.name}`"
         choices.append(DraftChoice(entry.name, entry.description, entry.cached, reason))

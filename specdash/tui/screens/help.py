@@ -12,8 +12,8 @@ from textual.widgets import Static
 
 METRICS = (
     ("acceptance", "accepted / drafted tokens over the last 128 steps (llama.cpp's definition)"),
-    ("mean len", "1 + accepted / steps: tokens committed per target pass (vLLM's definition)"),
-    ("per position", "share of steps that drafted position i whose draft i was accepted"),
+    ("mean len", "1 + accepted / drafts: tokens a drafting step commits (vLLM's definition)"),
+    ("per position", "share of drafts that reached position i whose token i was accepted"),
     ("tok/s", "decode tokens per second of decode time over the last 2 s; prefill excluded"),
     ("plain", "tok/s of steps at K=0 with no draft (the engine's calibration steps, or K=0)"),
     ("proc / dash", "CPU of the whole process / of the dashboard's own threads (100% = 1 core)"),

@@ -119,8 +119,9 @@ class TimeChart(Widget):
         ref_style = self.get_component_rich_style("timechart--reference")
         axis = self.get_component_rich_style("timechart--axis")
 
-        values = self.values[-plot_w:]
-        values = [None] * (plot_w - len(values)) + values
+        shown = self.values[-plot_w:]
+        values: list[float | None] = [None] * (plot_w - len(shown))
+        values += shown
         columns = [_column_cells(v, self.y_max, height) for v in values]
         if self._zero_marker:
             for v, col in zip(values, columns, strict=True):

@@ -1,0 +1,517 @@
+"""The event contract: what every source says and every command it may be sent.
+
+A *source* is anything that yields these events and accepts these commands: the
+embedded engine, a recording played back, a remote server. The dashboard, `run --json`,
+recordings and the bench all speak only this, so the panels cannot tell sources apart.
+
+Events (`event` is the tag in JSON; every dict also carries `schema`):
+
+    settings   the full settings snapshot, at start and after every change (`command`
+               names the change), plus what the source refuses to change and why
+    status     the source's lifecycle: loading (with progress), ready, running, idle,
+               error, down (a remote server that stopped answering), ended
+    prompt     a new prompt started (the generation panel's title and text)
+    prefill    the prompt was processed (tokens, milliseconds)
+    step       one speculative step: drafted, accepted, K, the drafter, timings, and the
+               committed tokens with their provenance (draft or target)
+    counters   a remote source's counter deltas over one poll: the same totals as a run of
+               steps (drafts, draft tokens, accepted, per position), without per-step detail
+    notice     something to tell the operator: a command refused, a reload, a warning
+    summary    one prompt's totals
+    telemetry  one sample of per-core load, NUMA memory and the process footprint
+    server     one remote server's state for the fleet table
+
+Time: `t` is seconds on the source's monotonic clock (time.perf_counter() here). Only
+differences mean anything; a recording's header gives the wall-clock start.
+
+Compatibility: `SCHEMA` grows by one when a field changes meaning or a required field is
+added. Readers accept unknown extra fields (a newer minor writer) and refuse a newer
+schema with a message that says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import time
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from specdash.telemetry.numa import NumaNode, NumaStat
+from specdash.telemetry.process import ProcessStats
+
+SCHEMA = 1
+
+
+def now() -> float:
+    """The clock every event's `t` is on."""
+    return time.perf_counter()
+
+
+class ContractError(ValueError):
+    """A dict that is not a valid event or command; the message says which field."""
+
+
+# --- events -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class SettingsEvent:
+    """The live settings, complete. Field names are those of engine.settings.LIMITS; a
+    remote source leaves what it cannot know as None."""
+
+    source: str  # "engine" | "remote" | "replay"
+    target: str
+    drafter: str  # what drafts, as shown: a model name, "lookup", "chain(lookup, suffix, X)"
+    draft: str | None = None  # the drafter spec the settings hold
+    k: int | None = None
+    adaptive: bool = False
+    k_min: int | None = None
+    k_max: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    draft_p_min: float | None = None
+    lookup_min_ngram: int | None = None
+    lookup_max_ngram: int | None = None
+    threads: int | None = None
+    ctx: int | None = None
+    max_tokens: int | None = None
+    raw: bool | None = None
+    experts: int | None = None  # the expert-count override; None = the file's own
+    experts_active: int | None = None  # active experts per token, as loaded
+    expert_count: int | None = None  # experts in the model; None for a dense model
+    target_path: str | None = None  # the GGUF file the target was loaded from
+    draft_path: str | None = None  # the draft model's GGUF, when one drafts
+    paused: bool = False
+    command: str = ""  # the command that caused this snapshot, in command syntax; "" at start
+    # Controls this source cannot honour now, by command name ("k", "draft", ...), with why.
+    unavailable: dict[str, str] = field(default_factory=dict)
+    t: float = 0.0
+    event: str = "settings"
+
+
+@dataclass(slots=True)
+class StatusEvent:
+    state: str  # loading | ready | running | idle | error | down | ended
+    message: str = ""
+    fraction: float | None = None  # loading progress, when known
+    t: float = 0.0
+    event: str = "status"
+
+
+@dataclass(slots=True)
+class PromptEvent:
+    title: str
+    text: str
+    t: float = 0.0
+    event: str = "prompt"
+
+
+@dataclass(slots=True)
+class PrefillEvent:
+    n_tokens: int
+    ms: float
+    t: float = 0.0
+    event: str = "prefill"
+
+
+@dataclass(slots=True)
+class StepEvent:
+    step: int
+    k: int  # K in force for this step (what was asked of the drafter)
+    drafter: str  # the source that produced this step's draft ("none" when nothing drafted)
+    drafted: int
+    accepted: int
+    tokens: list[int]  # committed this step: accepted drafts, then one target token
+    pieces: list[str]  # text of each committed token ('' while a UTF-8 char is incomplete)
+    from_draft: list[bool]  # provenance per committed token
+    draft_ms: float
+    verify_ms: float
+    other_ms: float  # bookkeeping: verify rules, commit, KV rollback, event building
+    n_past: int  # tokens in the target context after this step
+    n_generated: int
+    t: float  # at the end of the step
+    content: str = ""  # content detector label (code / json / prose ...), "" when unknown
+    adaptive: bool = False
+    decision: str = ""  # adaptive controller's reason for this K, "" when fixed
+    event: str = "step"
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    @property
+    def step_ms(self) -> float:
+        return self.draft_ms + self.verify_ms + self.other_ms
+
+
+@dataclass(slots=True)
+class CountersEvent:
+    """Counter deltas over `seconds` of a remote server's time (one poll). Speculative
+    names follow vLLM; per position i: drafts whose position i was accepted."""
+
+    seconds: float
+    tokens: int  # generated
+    steps: int  # decode steps (llama.cpp n_decode; vLLM: tokens - accepted)
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    num_accepted_tokens_per_pos: list[int]
+    prompt_tokens: int = 0
+    k: int | None = None  # drafts' length when the server reports it
+    t: float = 0.0
+    event: str = "counters"
+
+
+@dataclass(slots=True)
+class NoticeEvent:
+    """Something the operator should see: a command applied or refused, a reload."""
+
+    level: str  # "info" | "warning" | "error"
+    message: str
+    t: float = 0.0
+    event: str = "notice"
+
+
+@dataclass(slots=True)
+class Summary:
+    text: str
+    stop_reason: str  # "eos" | "max_tokens" | "context" | "stopped"
+    n_prompt: int
+    n_generated: int
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    num_accepted_tokens_per_pos: list[int]
+    acceptance_rate: float | None  # None when nothing was drafted
+    mean_accepted_length: float
+    tokens_per_s: float  # decode only
+    prefill_tokens_per_s: float
+    prefill_ms: float
+    decode_s: float
+    draft_ms: float
+    verify_ms: float
+    other_ms: float
+    steps: int
+    t: float = 0.0
+    event: str = "summary"
+
+
+@dataclass(slots=True)
+class TelemetryEvent:
+    """One telemetry sample of the machine the source runs on."""
+
+    core_loads: list[float]  # busy percent per logical CPU since the previous sample
+    numa_nodes: list[NumaNode]
+    process: ProcessStats | None
+    sample_seconds: float = 0.0  # what taking the sample cost
+    dashboard_cpu: float | None = None  # the UI thread's share of a core, when measured
+    t: float = 0.0
+    event: str = "telemetry"
+
+
+@dataclass(slots=True)
+class ServerEvent:
+    """One remote server as the fleet table shows it (vLLM-style field names)."""
+
+    url: str
+    state: str  # up | down | starting
+    backend: str = ""  # llamacpp | vllm | specdash
+    model: str = ""
+    requests_running: int | None = None
+    requests_waiting: int | None = None
+    generation_tokens_per_s: float | None = None
+    prompt_tokens_per_s: float | None = None
+    acceptance_rate: float | None = None
+    mean_accepted_length: float | None = None
+    tokens_per_step: float | None = None
+    num_drafts: int | None = None
+    num_draft_tokens: int | None = None
+    num_accepted_tokens: int | None = None
+    num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
+    kv_cache_usage: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
+    uptime_s: float | None = None
+    errors: int = 0
+    resets: int = 0  # counter resets seen (server restarts)
+    last_seen: float | None = None  # wall clock (time.time()) of the last good poll
+    error: str = ""
+    t: float = 0.0
+    event: str = "server"
+
+
+Event = Union[
+    SettingsEvent, StatusEvent, PromptEvent, PrefillEvent, StepEvent, CountersEvent,
+    NoticeEvent, Summary, TelemetryEvent, ServerEvent,
+]
+EVENT_TYPES: dict[str, type] = {
+    cls.__dataclass_fields__["event"].default: cls
+    for cls in typing.get_args(Event)
+}
+
+
+# --- commands -----------------------------------------------------------------------
+# The only way anything changes. A source applies them between steps, and one that cannot
+# honour a command refuses it with a notice. `text()` is the command syntax shared by
+# `run --at/--schedule`, the notices and SettingsEvent.command.
+
+
+@dataclass(frozen=True, slots=True)
+class SetK:
+    k: int
+
+    def text(self) -> str:
+        return f"k={self.k}"
+
+
+@dataclass(frozen=True, slots=True)
+class SetDrafter:
+    spec: str  # registry name, GGUF path, or one of engine.drafters.KINDS
+
+    def text(self) -> str:
+        return f"draft={self.spec}"
+
+
+@dataclass(frozen=True, slots=True)
+class SetSampling:
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def text(self) -> str:
+        parts = [f"{name}={value:g}" for name, value in
+                 (("temp", self.temperature), ("top_k", self.top_k), ("top_p", self.top_p))
+                 if value is not None]
+        return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class SetAdaptive:
+    on: bool
+
+    def text(self) -> str:
+        return f"adaptive={'on' if self.on else 'off'}"
+
+
+@dataclass(frozen=True, slots=True)
+class SetExperts:
+    n: int
+
+    def text(self) -> str:
+        return f"experts={self.n}"
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    def text(self) -> str:
+        return "pause"
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    def text(self) -> str:
+        return "resume"
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    def text(self) -> str:
+        return "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class Forget:
+    """Start cold: forget what adaptive K learned and the suffix drafter's memory of
+    earlier outputs (the bench starts every measured run this way)."""
+
+    def text(self) -> str:
+        return "forget"
+
+
+@dataclass(frozen=True, slots=True)
+class NewPrompt:
+    text_: str
+    title: str = ""
+
+    def text(self) -> str:
+        return "prompt"
+
+
+@dataclass(frozen=True, slots=True)
+class Seek:
+    """Replay: jump to `to` seconds from the start, or by `by` seconds; None/None = end."""
+
+    to: float | None = None
+    by: float | None = None
+
+    def text(self) -> str:
+        return f"seek={self.to:g}" if self.to is not None else f"seek{self.by:+g}" if self.by is not None else "seek=end"
+
+
+@dataclass(frozen=True, slots=True)
+class SetSpeed:
+    """Replay: playback speed, 0.5x to 16x."""
+
+    speed: float
+
+    def text(self) -> str:
+        return f"speed={self.speed:g}"
+
+
+Command = Union[SetK, SetDrafter, SetSampling, SetAdaptive, SetExperts, Pause, Resume, Stop,
+                Forget, NewPrompt, Seek, SetSpeed]
+
+# Command name (as in SettingsEvent.unavailable and the dashboard's controls) per type.
+COMMAND_NAMES: dict[type, str] = {
+    SetK: "k", SetDrafter: "draft", SetSampling: "temp", SetAdaptive: "adaptive",
+    SetExperts: "experts", Pause: "pause", Resume: "pause", Stop: "stop", Forget: "forget",
+    NewPrompt: "prompt", Seek: "seek", SetSpeed: "speed",
+}
+
+SCHEDULE_SYNTAX = ("k=N, draft=lookup|suffix|chain|none|MODEL, temp=T, adaptive=on|off, "
+                   "experts=N, pause=DURATION (e.g. 2s), pause, resume, stop")
+
+
+def parse_command(text: str) -> tuple[Command, float]:
+    """One command in schedule syntax -> (command, pause seconds). `pause=2s` means
+    Pause, then Resume after 2 s (the seconds are returned; the caller schedules the
+    Resume). Syntax only: ranges are the source's to refuse, with a notice.
+    Raises ContractError naming the token."""
+    token = text.strip()
+    name, eq, value = token.partition("=")
+    name, value = name.strip().lower(), value.strip()
+    if not eq:
+        simple: dict[str, Command] = {"pause": Pause(), "resume": Resume(), "stop": Stop(), "forget": Forget()}
+        if name in simple:
+            return simple[name], 0.0
+        raise ContractError(f"{token!r}: unknown command; use {SCHEDULE_SYNTAX}")
+    if not value:
+        raise ContractError(f"{token!r}: no value after '='")
+    try:
+        if name == "k":
+            return SetK(_int(value)), 0.0
+        if name in ("draft", "drafter"):
+            return SetDrafter(value), 0.0
+        if name in ("temp", "temperature"):
+            return SetSampling(temperature=float(value)), 0.0
+        if name == "adaptive":
+            on = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}.get(value.lower())
+            if on is None:
+                raise ContractError(f"{token!r}: adaptive takes on or off")
+            return SetAdaptive(on), 0.0
+        if name == "experts":
+            return SetExperts(_int(value)), 0.0
+        if name == "pause":
+            m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|s)?", value)
+            if not m:
+                raise ContractError(f"{token!r}: pause takes a duration like 2s or 500ms")
+            seconds = float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
+            return Pause(), seconds
+    except ValueError:
+        raise ContractError(f"{token!r}: {value!r} is not a number") from None
+    raise ContractError(f"{token!r}: unknown command {name!r}; use {SCHEDULE_SYNTAX}")
+
+
+def _int(text: str) -> int:
+    if not re.fullmatch(r"[+-]?\d+", text):
+        raise ValueError(text)
+    return int(text)
+
+
+# --- (de)serialisation --------------------------------------------------------------
+
+
+def to_dict(event: Any) -> dict[str, Any]:
+    """The event as JSON-ready data, with the schema version."""
+    d = dataclasses.asdict(event)
+    d["schema"] = SCHEMA
+    return d
+
+
+def from_dict(data: Any) -> Event:
+    """An event from `to_dict` output. Raises ContractError on anything else."""
+    if not isinstance(data, dict):
+        raise ContractError(f"expected a JSON object, got {type(data).__name__}")
+    schema = data.get("schema", SCHEMA)
+    if not isinstance(schema, int) or schema > SCHEMA:
+        raise ContractError(f"schema {schema!r} is newer than this specdash reads ({SCHEMA}); upgrade specdash")
+    tag = data.get("event")
+    cls = EVENT_TYPES.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        raise ContractError(f"unknown event {tag!r}; expected one of {', '.join(EVENT_TYPES)}")
+    event: Event = _build(cls, data, cls.__name__)
+    return event
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ContractError(f"{where}: missing field {f.name!r}")
+            continue
+        kwargs[f.name] = _convert(_hints(cls)[f.name], data[f.name], f"{where}.{f.name}")
+    return cls(**kwargs)
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    """`value` checked against (and built into) type `tp`."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(arg, value, where)
+            except ContractError as exc:
+                errors.append(str(exc))
+        raise ContractError(errors[0] if errors else f"{where}: unexpected {value!r}")
+    if origin in (list, tuple):
+        if not isinstance(value, list):
+            raise ContractError(f"{where}: expected a list, got {type(value).__name__}")
+        (item,) = typing.get_args(tp)[:1]
+        items = [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return items if origin is list else tuple(items)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ContractError(f"{where}: expected an object, got {type(value).__name__}")
+        return dict(value)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, dict):
+            raise ContractError(f"{where}: expected an object, got {type(value).__name__}")
+        return _build(tp, value, where)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ContractError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp in (int, bool, str):
+        if type(value) is not tp:
+            raise ContractError(f"{where}: expected {tp.__name__}, got {value!r}")
+        return value
+    return value
+
+
+__all__ = [
+    "SCHEMA", "ContractError", "Event", "Command", "EVENT_TYPES", "COMMAND_NAMES",
+    "SettingsEvent", "StatusEvent", "PromptEvent", "PrefillEvent", "StepEvent", "CountersEvent",
+    "NoticeEvent", "Summary", "TelemetryEvent", "ServerEvent", "NumaNode", "NumaStat", "ProcessStats",
+    "SetK", "SetDrafter", "SetSampling", "SetAdaptive", "SetExperts", "Pause", "Resume", "Stop",
+    "Forget", "NewPrompt", "Seek", "SetSpeed", "parse_command", "to_dict", "from_dict", "now",
+]

@@ -1,0 +1,76 @@
+"""What every source implements, and the outbox that carries its events to a consumer.
+
+No Textual here: a source runs in its own thread(s) and hands events to `emit`; the
+dashboard passes an Outbox whose `ping` posts one coalesced message to the UI, `run`
+passes a function that prints JSON lines.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+from specdash.events import Command, Event, NoticeEvent, PrefillEvent, SettingsEvent, StatusEvent, Summary
+
+
+class Source(Protocol):
+    kind: str  # "engine" | "remote" | "replay"
+    label: str  # what the title bar shows: a model path, a URL, a recording file
+
+    def start(self, emit: Callable[[Event], None]) -> None:
+        """Begin producing events (in the source's own thread(s)); return at once."""
+        ...
+
+    def send(self, cmd: Command) -> None:
+        """Thread-safe. A command the source cannot honour is refused with a NoticeEvent
+        and leaves its settings as they were."""
+        ...
+
+    def close(self) -> None:
+        """Stop producing events within about one step or poll; idempotent."""
+        ...
+
+
+# Rare events go out at once (a refused command, a pause, the end of a prompt); steps
+# and counters ride along with the next timed flush.
+URGENT = (NoticeEvent, SettingsEvent, PrefillEvent, Summary, StatusEvent)
+
+
+class Outbox:
+    """A thread-safe queue of events plus a rate-limited `ping` telling the consumer to
+    drain it: at most one ping per `flush_interval` while steps stream, at once for
+    urgent events. So a source never waits for the UI, and the UI redraws a few times a
+    second however fast the source produces."""
+
+    def __init__(self, ping: Callable[[], None], *, flush_interval: float = 0.25,
+                 clock: Callable[[], float] = time.monotonic):
+        self.items: deque[Event] = deque()  # appends and pops are thread-safe
+        self._ping = ping
+        self._flush_interval = flush_interval
+        self._clock = clock
+        self._last_ping = float("-inf")
+        self._lock = threading.Lock()
+
+    def emit(self, event: Event) -> None:
+        self.items.append(event)
+        urgent = isinstance(event, URGENT)
+        with self._lock:
+            due = urgent or self._clock() - self._last_ping >= self._flush_interval
+            if due:
+                self._last_ping = self._clock()
+        if due:
+            self._ping()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._last_ping = self._clock()
+        self._ping()
+
+    def drain(self) -> list[Event]:
+        out = []
+        while self.items:
+            out.append(self.items.popleft())
+        return out

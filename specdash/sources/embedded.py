@@ -1,0 +1,236 @@
+"""The embedded engine as a source: a Session in its own thread, prompts one after another.
+
+The thread owns the Session: it builds it (loading models, fetching them first if need
+be), runs one prompt after another and closes it. Everything it learns becomes contract
+events handed to `emit`; commands reach the engine's queue through `send`. A failure in
+the thread becomes a StatusEvent("error", ...) and the thread ends: the consumer shows
+it and may start a new source with the last good settings.
+
+Why a daemon thread: Stop is honoured between steps, but one step (or a prefill, or a
+model load) can take seconds on a loaded machine, and Python waits for non-daemon
+threads before the process may exit. A daemon thread lets `q` return the terminal at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from specdash import events as E
+from specdash.engine.settings import EngineSettings
+from specdash.errors import SpecdashError
+from specdash.events import Event
+
+Progress = Callable[[str, float | None], None]
+
+
+class SessionLike(Protocol):
+    """What the source needs of a session (specdash.session.Session; tests pass fakes)."""
+
+    def run(self, prompt: str, max_tokens: int | None = None) -> Iterator[Event]: ...
+
+    def send(self, cmd: E.Command) -> None: ...
+
+    def close(self) -> None: ...
+
+
+SessionFactory = Callable[[EngineSettings, Progress], SessionLike]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkItem:
+    """A prompt to generate for: `title` is what the generation panel shows."""
+
+    title: str
+    text: str
+
+
+class ShutdownRequested(BaseException):
+    """Raised from the progress callback to abandon a fetch/load when the source closes.
+    A BaseException so that no `except Exception` on the way swallows it."""
+
+
+class PromptQueue:
+    """Prompts the operator typed, in order; then, if a workload is set, the workload
+    cycling forever."""
+
+    def __init__(self, workload: Iterable[WorkItem] = ()):
+        self._workload = list(workload)
+        self._next_workload = 0
+        self._typed: deque[WorkItem] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def push(self, item: WorkItem) -> None:
+        with self._cond:
+            self._typed.append(item)
+            # The operator's own prompt ends the built-in workload: after it, the
+            # dashboard waits for the next one instead of drifting back to canned prompts.
+            self._workload = []
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def next(self) -> WorkItem | None:
+        """The next prompt; blocks while there is none; None once closed."""
+        with self._cond:
+            while True:
+                if self._closed:
+                    return None
+                if self._typed:
+                    return self._typed.popleft()
+                if self._workload:
+                    item = self._workload[self._next_workload % len(self._workload)]
+                    self._next_workload += 1
+                    return item
+                self._cond.wait()
+
+    def would_block(self) -> bool:
+        with self._cond:
+            return not (self._closed or self._typed or self._workload)
+
+
+class EmbeddedSource:
+    kind = "engine"
+
+    def __init__(self, make_session: SessionFactory, settings: EngineSettings, prompts: PromptQueue,
+                 *, on_session: Callable[[SessionLike], None] | None = None,
+                 clock: Callable[[], float] = E.now):
+        self._make_session = make_session
+        self._settings = settings
+        self.label = settings.target
+        self.prompts = prompts
+        self._on_session = on_session or (lambda session: None)
+        self._emit: Callable[[Event], None] = lambda ev: None
+        self.session: SessionLike | None = None
+        self._lock = threading.Lock()  # guards session/_pending/_running/_paused between threads
+        self._pending: list[E.Command] = []
+        self._running = False  # inside session.run()
+        self._paused = False
+        self._shutdown = threading.Event()
+        self._abort_run = threading.Event()
+        self.finished = threading.Event()  # set when the thread has ended (or on close)
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None  # what ended the thread, when it failed
+        self._last_progress = float("-inf")
+        self._clock = clock  # throttles progress reports; tests pass a fake one
+
+    # --- Source ------------------------------------------------------------------------
+    def start(self, emit: Callable[[Event], None]) -> None:
+        self._emit = emit
+        self.thread = threading.Thread(target=self._body, name="specdash-engine", daemon=True)
+        self.thread.start()
+
+    def send(self, cmd: E.Command) -> None:
+        """Forward a command to the engine; before the session exists, hold it. A new
+        prompt is the source's business, not the engine's."""
+        if isinstance(cmd, E.NewPrompt):
+            self.new_prompt(WorkItem(cmd.title or cmd.text_.strip().splitlines()[0][:50], cmd.text_))
+            return
+        with self._lock:
+            if self.session is None:
+                self._pending.append(cmd)
+                return
+            session = self.session
+        session.send(cmd)
+
+    def close(self) -> None:
+        """Make the thread end within about one engine step."""
+        self._shutdown.set()
+        self.finished.set()
+        self._abort_run.set()
+        self.prompts.close()
+        with self._lock:
+            session = self.session
+        if session is not None:
+            session.send(E.Stop())
+
+    @property
+    def thread_id(self) -> int | None:
+        """Native id of the engine thread, for CPU accounting."""
+        return self.thread.native_id if self.thread is not None else None
+
+    def new_prompt(self, item: WorkItem) -> None:
+        """Queue `item`; a prompt being generated is abandoned so this one starts now."""
+        self.prompts.push(item)
+        self._abort_run.set()
+        with self._lock:
+            blocked, session = self._running and self._paused, self.session
+        # A paused engine yields nothing, so the loop below cannot break out: only Stop
+        # wakes it. Otherwise no Stop is sent on purpose: one that arrived just after the
+        # run ended would stop the *next* run at its first step.
+        if blocked and session is not None:
+            session.send(E.Stop())
+
+    # --- the thread ------------------------------------------------------------------
+    def _body(self) -> None:
+        try:
+            self._emit(E.StatusEvent("loading", f"loading {self._settings.target}", t=E.now()))
+            session = self._make_session(self._settings, self._progress)
+            with self._lock:  # held while sending, so later commands cannot overtake these
+                self.session = session
+                for cmd in self._pending:
+                    session.send(cmd)
+                self._pending = []
+            self._on_session(session)
+            self._emit(E.StatusEvent("ready", t=E.now()))
+            try:
+                self._loop(session)
+            finally:
+                with self._lock:
+                    self.session = None
+                session.close()
+            self._emit(E.StatusEvent("ended", t=E.now()))
+        except ShutdownRequested:
+            pass
+        except BaseException as exc:  # reported, never raised: the UI stays alive
+            self.error = exc
+            message = str(exc) if isinstance(exc, SpecdashError) else f"{type(exc).__name__}: {exc}"
+            self._emit(E.StatusEvent("error", message, t=E.now()))
+            if not isinstance(exc, SpecdashError):
+                self._emit(E.NoticeEvent("error", "".join(traceback.format_exception(exc)[-3:]).strip(), t=E.now()))
+        finally:
+            self.finished.set()
+
+    def _loop(self, session: SessionLike) -> None:
+        while not self._shutdown.is_set():
+            if self.prompts.would_block():
+                self._emit(E.StatusEvent("idle", "Done. Press n for a new prompt.", t=E.now()))
+            item = self.prompts.next()
+            if item is None or self._shutdown.is_set():
+                return
+            self._abort_run.clear()
+            self._emit(E.PromptEvent(item.title, item.text, t=E.now()))
+            with self._lock:
+                self._running = True
+            events = session.run(item.text)  # max_tokens: the session's settings
+            try:
+                for ev in events:
+                    if isinstance(ev, E.SettingsEvent):
+                        with self._lock:
+                            self._paused = ev.paused
+                    self._emit(ev)
+                    if self._abort_run.is_set():
+                        break  # closing the generator ends the run after this step
+            finally:
+                if isinstance(events, Generator):  # run its cleanup now, not at GC
+                    events.close()
+                with self._lock:
+                    self._running = False
+
+    def _progress(self, message: str, fraction: float | None) -> None:
+        if self._shutdown.is_set():
+            raise ShutdownRequested()
+        now = self._clock()
+        # A fetch reports per chunk; ten updates a second is plenty to watch.
+        final = fraction is not None and fraction >= 1.0
+        if final or fraction is None or now - self._last_progress >= 0.1:
+            self._last_progress = now
+            self._emit(E.StatusEvent("loading", message, fraction, t=now))

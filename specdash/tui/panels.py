@@ -1,0 +1,193 @@
+"""The dashboard's panels. Each owns its border title and subtitle and renders from the
+reducer's DashState alone (`show(state)`): what a source is does not matter here."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from textual.app import ComposeResult
+from textual.containers import Container
+
+from specdash.tui.reducer import DashState
+from specdash.tui.widgets.charts import PositionBars, TimeChart, nice_ceiling
+from specdash.tui.widgets.generation import GenerationView
+from specdash.tui.widgets.system import CpuView, NumaView, human_bytes
+
+CHART_HISTORY = 400  # columns kept for the time charts: wider than any terminal
+
+
+def _fmt_rate(v: float) -> str:
+    return f"{v:.1f}"
+
+
+def _fmt_int(v: float) -> str:
+    return f"{v:.0f}"
+
+
+def _speed_axis_top(shown: list[float]) -> float:
+    return nice_ceiling(max(shown, default=1.0) * 1.05)
+
+
+def _k_axis_top(shown: list[float]) -> float:
+    # At least 0..8, in steps of 4: K=4 sits mid-height and a change of one shows.
+    return float(-(-max(shown + [8.0]) // 4) * 4)
+
+
+class Panel(Container):
+    """A bordered panel; titles are set only when they change (no repaint otherwise)."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(classes="panel", **kwargs)  # type: ignore[arg-type]
+        self._titles: tuple[str, str] | None = None
+
+    def titles(self, title: str, subtitle: str) -> None:
+        if self._titles != (title, subtitle):
+            self._titles = (title, subtitle)
+            self.border_title, self.border_subtitle = title, subtitle
+
+    def show(self, state: DashState) -> None:
+        raise NotImplementedError
+
+
+class GenerationPanel(Panel):
+    def compose(self) -> ComposeResult:
+        yield GenerationView(id="gen-view")
+
+    def on_mount(self) -> None:
+        self.view = self.query_one(GenerationView)
+        self._prompt: tuple[str, str] | None = None
+        self._shown = 0  # pieces of the current prompt already in the view
+        self._note: tuple[str, str] | None = None
+
+    def show_text(self, state: DashState) -> None:
+        """Stream what is new: called on every drain, so text never waits for a redraw."""
+        prompt = (state.prompt_title, state.prompt_text)
+        if prompt != self._prompt or len(state.pieces) < self._shown:
+            self._prompt, self._shown = prompt, 0
+            self.view.clear()
+        if len(state.pieces) > self._shown:
+            new = state.pieces[self._shown:]
+            self.view.append([p for p, _ in new], [d for _, d in new])
+            self._shown = len(state.pieces)
+        self._show_note(state)
+
+    def _show_note(self, state: DashState) -> None:
+        if state.state == "loading":
+            note = (state.message if state.fraction is None else f"{state.message}  {state.fraction:.0%}", "note")
+        elif state.state == "error":
+            what = "Engine" if state.source in ("engine", "") else "Source"
+            note = (f"{what} stopped: {state.message}\nPress r to restart, or n to start with a new prompt.", "error")
+        elif state.state == "down":
+            note = (f"Server down: {state.message}", "error")
+        elif state.state == "idle":
+            note = (state.message or "Done. Press n for a new prompt.", "note")
+        else:
+            note = ("", "note")
+        if note != self._note:
+            self._note = note
+            self.view.show_note(*note)
+
+    def show(self, state: DashState) -> None:
+        self.show_text(state)
+        step = state.stats.last_step
+        legend = "[$draft-token]■[/] draft accepted  [$target-token]■[/] target"
+        self.titles(
+            f"Generation · {escape(state.prompt_title)}" if state.prompt_title else "Generation",
+            f"{legend}  ·  content: {step.content}" if step and step.content else legend,
+        )
+
+
+class AcceptancePanel(Panel):
+    DEFAULT_CSS = "AcceptancePanel { layout: horizontal; }"
+
+    def compose(self) -> ComposeResult:
+        yield TimeChart(_fmt_rate, id="acc-chart")
+        yield PositionBars(id="pos-bars")
+
+    def show(self, state: DashState) -> None:
+        recent = state.stats.recent_counters()
+        history = state.stats.smoothed(CHART_HISTORY)
+        self.query_one("#acc-chart", TimeChart).set_data([a for a, _ in history], 1.0)
+        self.query_one(PositionBars).set_rates(recent.per_pos_rate)
+        acc = recent.acceptance_rate
+        self.titles(
+            f"Acceptance {acc:.0%} · mean len {recent.mean_accepted_length:.2f}" if acc is not None
+            else "Acceptance · no drafts yet",
+            f"last {len(state.stats.recent)} {'steps' if state.source != 'remote' else 'polls'} │ per position",
+        )
+
+
+class ThroughputPanel(Panel):
+    def compose(self) -> ComposeResult:
+        yield TimeChart(_fmt_int, id="tps-chart")
+
+    def show(self, state: DashState) -> None:
+        st = state.stats
+        history = st.smoothed(CHART_HISTORY)
+        self.query_one(TimeChart).set_data([v for _, v in history], _speed_axis_top, st.plain_tokens_per_s)
+        tps, plain = st.tokens_per_s, st.plain_tokens_per_s
+        title = f"tok/s {tps:.1f}" if tps is not None else "tok/s –"
+        if state.source == "remote":
+            pass  # a server reports no plain reference
+        elif plain is None:
+            title += " · plain: measuring"
+        else:
+            title += f" · plain {plain:.1f}"
+            if tps is not None:
+                title += f" · {tps / plain:.2f}x"
+        self.titles(title, "decode only · [$chart-reference]╌[/] plain")
+
+
+class KPanel(Panel):
+    def compose(self) -> ComposeResult:
+        yield TimeChart(_fmt_int, id="k-chart", zero_marker="·")
+
+    def show(self, state: DashState) -> None:
+        ks = [float(b.k) for b in state.stats.series(CHART_HISTORY)]
+        self.query_one(TimeChart).set_data(ks, _k_axis_top)
+        settings, step = state.settings, state.stats.last_step
+        if step is not None and step.decision:
+            note = escape(step.decision)
+        elif settings is not None and settings.adaptive:
+            note = "adaptive"
+        else:
+            note = f"last step: {escape(step.drafter)}" if step else ""
+        k_now = state.k_in_force()
+        shown = "?" if k_now is None else str(k_now)
+        label = f"K {shown} (adaptive)" if settings is not None and settings.adaptive and step is not None else f"K {shown}"
+        self.titles(f"{label} · {escape(settings.drafter)}" if settings else "K", note)
+
+
+class CpuPanel(Panel):
+    def compose(self) -> ComposeResult:
+        yield CpuView(id="cpu-view")
+
+    def show(self, state: DashState) -> None:
+        tel = state.telemetry
+        if tel is None:
+            self.titles("CPU", "no telemetry from a remote server" if state.source == "remote" else "")
+            return
+        loads = tel.core_loads
+        self.query_one(CpuView).update_loads(loads)
+        mean = sum(loads) / len(loads) if loads else 0.0
+        shares = f"proc {tel.process.cpu_percent_of_core:.0f}%" if tel.process else ""
+        if tel.dashboard_cpu is not None:
+            shares += f" · dash {tel.dashboard_cpu:.1f}%"
+        self.titles(f"CPU · {len(loads)} cores · {mean:.0f}%", shares)
+
+
+class NumaPanel(Panel):
+    def compose(self) -> ComposeResult:
+        yield NumaView(id="numa-view")
+
+    def show(self, state: DashState) -> None:
+        tel = state.telemetry
+        if tel is None:
+            self.titles("Memory", "")
+            return
+        nodes = tel.numa_nodes
+        self.query_one(NumaView).update_nodes(nodes)
+        if nodes and nodes[0].source.startswith("proc"):
+            title = "Memory · no NUMA info"
+        else:
+            title = f"Memory · {len(nodes)} NUMA node{'s' if len(nodes) != 1 else ''}"
+        self.titles(title, f"RSS {human_bytes(tel.process.rss_bytes)}" if tel.process else "")

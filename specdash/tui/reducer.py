@@ -1,0 +1,102 @@
+"""The dashboard's state, folded from contract events. No Textual import.
+
+`DashState.feed(event)` is the only way the state changes, and it depends on nothing but
+the events: the embedded engine, a recording and a remote server all end up here, and
+the panels render from the result. So a replay shows exactly what was live, and a test
+can drive the panels with a scripted list of events.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from specdash.events import (
+    CountersEvent,
+    Event,
+    NoticeEvent,
+    PrefillEvent,
+    PromptEvent,
+    ServerEvent,
+    SettingsEvent,
+    StatusEvent,
+    StepEvent,
+    Summary,
+    TelemetryEvent,
+)
+from specdash.tui.live_stats import LiveStats
+
+# Source lifecycle states the status line knows.
+STATES = ("loading", "running", "paused", "idle", "error", "down", "ended")
+
+
+@dataclass
+class DashState:
+    source: str = ""  # "engine" | "remote" | "replay"
+    label: str = ""  # what the source is: a target, a URL, a recording file
+    state: str = "loading"
+    message: str = ""  # loading progress, the error text, a down server's reason
+    fraction: float | None = None
+    prompt_title: str = ""
+    prompt_text: str = ""
+    # The current prompt's text so far, as (piece, from_draft): a seek in a replay or a
+    # resize redraws the generation panel from here.
+    pieces: list[tuple[str, bool]] = field(default_factory=list)
+    stats: LiveStats = field(default_factory=LiveStats)
+    telemetry: TelemetryEvent | None = None
+    server: ServerEvent | None = None
+    notices: deque[NoticeEvent] = field(default_factory=lambda: deque(maxlen=50))
+    events: int = 0  # events folded so far
+    t: float | None = None  # the `t` of the latest event: where a replay stands
+
+    @property
+    def settings(self) -> SettingsEvent | None:
+        return self.stats.settings
+
+    @property
+    def alive(self) -> bool:
+        """The source takes commands now."""
+        return self.state in ("running", "paused", "idle")
+
+    def feed(self, ev: Event) -> None:
+        self.events += 1
+        self.t = ev.t if ev.t else self.t
+        match ev:
+            case StepEvent():
+                self.stats.feed(ev)
+                self.pieces.extend(zip(ev.pieces, ev.from_draft, strict=True))
+            case CountersEvent() | PrefillEvent() | Summary():
+                self.stats.feed(ev)
+            case SettingsEvent():
+                self.stats.feed(ev)
+                self.source = self.source or ev.source
+                if self.state in ("running", "paused"):
+                    self.state = "paused" if ev.paused else "running"
+            case StatusEvent(state=state, message=message, fraction=fraction):
+                self.message, self.fraction = message, fraction
+                if state == "ready":
+                    self.state = "running"
+                elif state == "running":
+                    paused = self.settings is not None and self.settings.paused
+                    self.state = "paused" if paused else "running"
+                else:
+                    self.state = state
+            case PromptEvent(title=title, text=text):
+                self.prompt_title, self.prompt_text = title, text
+                self.pieces = []
+                if self.state != "paused":
+                    self.state = "running"
+            case NoticeEvent():
+                self.notices.append(ev)
+            case TelemetryEvent():
+                self.telemetry = ev
+            case ServerEvent():
+                self.server = ev
+
+    def k_in_force(self) -> int | None:
+        """Adaptive K changes every step: the K the last step ran with, not the configured
+        starting value. None before the source has reported its settings."""
+        st, step = self.settings, self.stats.last_step
+        if st is None:
+            return None
+        return step.k if st.adaptive and step is not None else st.k
