@@ -8,9 +8,9 @@ from specdash.engine.drafters.base import Borrowed, Draft, Drafter, NoDrafter
 
 # Model-free drafter kinds, with what each does (for --help and the draft picker).
 KINDS: dict[str, str] = {
-    "lookup": "prompt lookup: copy what followed the last match of the recent n-gram",
-    "suffix": "suffix matching over the prompt and this session's earlier outputs",
-    "chain": "lookup, then suffix, then the draft model: the first with a draft wins",
+    "lookup": "prompt lookup: copy what followed the recent n-gram (free)",
+    "suffix": "suffix match over the prompt and earlier outputs (free)",
+    "chain": "lookup, then suffix, then the draft model: first draft wins",
     "none": "plain decoding (K=0)",
 }
 

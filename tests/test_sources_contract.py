@@ -1,0 +1,180 @@
+"""One set of panels for every source: the same dashboard, fed three scripted sources
+that speak only the event contract (an engine's recorded run, a remote server's counter
+polls, a replay with recorded telemetry), shows each correctly. No widget knows which
+source it is drawing.
+
+The scripts are data, not fakes of a feature: the engine script is a real recorded run
+(tests/fixtures/replay_smollm2_lookup.jsonl); the remote one is what RemoteSource emits
+for a llama-server (its own tests run it against a real server)."""
+
+from __future__ import annotations
+
+import threading
+
+from specdash import events as E
+from specdash.engine.settings import EngineSettings
+from specdash.engine.stats import SpecCounters
+from specdash.events import CountersEvent, SettingsEvent, StatusEvent, StepEvent, TelemetryEvent
+from specdash.tui.app import DashboardOptions, SpecdashApp
+from specdash.tui.reducer import DashState
+from test_tui_support import FixedSampler, load_replay, sync
+
+
+class ScriptedSource:
+    """Emits a fixed list of contract events from its own thread, records commands."""
+
+    def __init__(self, kind: str, events: list[E.Event]):
+        self.kind, self.label = kind, f"scripted {kind}"
+        self.events = events
+        self.sent: list[E.Command] = []
+        self.thread: threading.Thread | None = None
+
+    def start(self, emit) -> None:
+        self.thread = threading.Thread(target=lambda: [emit(ev) for ev in self.events], daemon=True)
+        self.thread.start()
+
+    def send(self, cmd: E.Command) -> None:
+        self.sent.append(cmd)
+
+    def close(self) -> None:
+        pass
+
+
+def app_for(source: ScriptedSource, *, local_telemetry: bool) -> SpecdashApp:
+    opts = DashboardOptions(settings=EngineSettings(target="smollm2-135m", draft="lookup"), refresh=0.1,
+                            screenshots_dir="/nonexistent")
+    app = SpecdashApp(opts, source_factory=lambda settings, prompts: source,
+                      sampler=FixedSampler() if local_telemetry else None, cpu_meter=lambda: 1.0,
+                      hints=lambda: [], local_telemetry=local_telemetry)
+    app.notes = []  # type: ignore[attr-defined]
+    app.notify = lambda message, *a, severity="information", **k: app.notes.append(str(message))  # type: ignore[method-assign]
+    return app
+
+
+async def settled(pilot, n_events: int) -> None:
+    app = pilot.app
+    for _ in range(500):
+        if app.state.events >= n_events and app.panels_current:
+            break
+        await pilot.pause(0.02)
+    assert app.state.events >= n_events, "the script did not reach the screen"
+    app._update_panels()
+    await pilot.pause()
+
+
+def titles(app: SpecdashApp, panel: str) -> tuple[str, str]:
+    widget = app.query_one(f"#{panel}")
+    return str(widget.border_title), str(widget.border_subtitle)
+
+
+# --- the scripts -------------------------------------------------------------------------------
+
+ENGINE = load_replay()
+
+
+def remote_script() -> list[E.Event]:
+    settings = SettingsEvent(
+        source="remote", target="Qwen2.5-Coder-1.5B-Instruct", drafter="ngram-simple", k=8,
+        unavailable={"k": "llama-server sets the draft size at launch (--spec-draft-n-max)",
+                     "adaptive": "llama-server has no adaptive K", "experts": "set at launch",
+                     "pause": "a server cannot be paused from here"})
+    polls = [CountersEvent(seconds=1.0, tokens=30 + i, steps=12, num_drafts=10, num_draft_tokens=60,
+                           num_accepted_tokens=18 + i, num_accepted_tokens_per_pos=[8, 5, 3, 2, i % 2, 0],
+                           prompt_tokens=0, k=8, t=100.0 + i) for i in range(12)]
+    server = E.ServerEvent(url="http://127.0.0.1:8080", state="up", backend="llamacpp", model="qwen")
+    return [settings, StatusEvent("running", t=99.0), *polls, server]
+
+
+def replay_script() -> list[E.Event]:
+    """The recorded engine run with the recorded machine's telemetry: 4 cores."""
+    from specdash.telemetry import ProcessStats
+
+    nodes = FixedSampler().sample().numa_nodes[:1]
+    tel = TelemetryEvent(core_loads=[90.0, 10.0, 55.0, 70.0], numa_nodes=list(nodes),
+                         process=ProcessStats(7, 500 * 2**20, 150.0, 37.5, 5), t=1.0)
+    events = [tel if i == 5 else ev for i, ev in enumerate(ENGINE)]
+    return [ev if not isinstance(ev, SettingsEvent) else _as_replay(ev) for ev in events]
+
+
+def _as_replay(ev: SettingsEvent) -> SettingsEvent:
+    import dataclasses
+
+    return dataclasses.replace(ev, source="replay", unavailable={**ev.unavailable, "k": "a recording cannot change"})
+
+
+# --- the tests -------------------------------------------------------------------------------------
+
+@sync
+async def test_an_engines_recorded_run_fills_every_panel():
+    source = ScriptedSource("engine", ENGINE)
+    app = app_for(source, local_telemetry=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settled(pilot, len(ENGINE))
+        steps = [ev for ev in ENGINE if isinstance(ev, StepEvent)]
+        recent = SpecCounters()
+        for ev in steps[-128:]:
+            recent.add(ev)
+        assert titles(app, "acceptance")[0] == (f"Acceptance {recent.acceptance_rate:.0%} · "
+                                                f"mean len {recent.mean_accepted_length:.2f}")
+        assert titles(app, "kpanel")[0] == "K 2 · lookup"  # the recording ends at K=2
+        assert titles(app, "cpu")[0].startswith("CPU · 16 cores")  # this machine's (fixed) sampler
+        assert "tok/s" in app.query_one("#status").line
+
+
+@sync
+async def test_a_remote_servers_counter_polls_fill_the_same_panels():
+    script = remote_script()
+    source = ScriptedSource("remote", script)
+    app = app_for(source, local_telemetry=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settled(pilot, len(script))
+        polls = [ev for ev in script if isinstance(ev, CountersEvent)]
+        accepted = sum(p.num_accepted_tokens for p in polls)
+        drafted = sum(p.num_draft_tokens for p in polls)
+        drafts = sum(p.num_drafts for p in polls)
+        title = titles(app, "acceptance")[0]
+        assert title == f"Acceptance {accepted / drafted:.0%} · mean len {1 + accepted / drafts:.2f}"
+        bars = app.query_one("#pos-bars").rates
+        assert bars[:3] == [8 / 10, 5 / 10, 3 / 10]  # accepted at position i / drafts
+        # tok/s over the last 2 s of the server's time: the last two polls
+        assert titles(app, "throughput")[0] == f"tok/s {(polls[-2].tokens + polls[-1].tokens) / 2:.1f}"
+        assert titles(app, "kpanel")[0] == "K 8 · ngram-simple"
+        assert titles(app, "cpu") == ("CPU", "no telemetry from a remote server")
+        # A control the source refuses says why, and sends nothing.
+        await pilot.press("plus")
+        await pilot.pause()
+        assert not source.sent
+        assert any("--spec-draft-n-max" in note for note in app.notes)  # type: ignore[attr-defined]
+
+
+@sync
+async def test_a_replay_shows_the_recorded_machine_not_this_one():
+    script = replay_script()
+    source = ScriptedSource("replay", script)
+    app = app_for(source, local_telemetry=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settled(pilot, len(script))
+        assert titles(app, "cpu")[0] == "CPU · 4 cores · 56%"  # (90+10+55+70)/4, as recorded
+        assert titles(app, "numa")[1] == "RSS 500.0M"
+        assert titles(app, "kpanel")[0] == "K 2 · lookup"
+
+
+def test_the_reducer_alone_gives_the_same_numbers_as_the_panels():
+    """The fold the panels render from, without Textual: counters events and step events
+    land in the same counters."""
+    state = DashState()
+    for ev in remote_script():
+        state.feed(ev)
+    assert state.source == "remote" and state.state == "running"
+    assert state.stats.total.num_drafts == 120 and state.stats.total.steps == 144
+    assert state.stats.total.mean_accepted_length == 1 + sum(18 + i for i in range(12)) / 120
+    assert state.server is not None and state.server.backend == "llamacpp"
+    state = DashState()
+    for ev in ENGINE:
+        state.feed(ev)
+    steps = [ev for ev in ENGINE if isinstance(ev, StepEvent)]
+    assert state.stats.total.steps == len(steps)
+    assert state.k_in_force() == 2
+    # two K changes in the recording (4 -> 6 -> 2): two hot-swap markers on the charts
+    markers = [m for b in [*state.stats.bins, state.stats._open] for m in b.markers]
+    assert markers == ["K=6", "K=2"]
