@@ -131,14 +131,16 @@ class LlamaServer:
     extra: list[str]
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
+    metrics: bool = True
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def argv(self) -> list[str]:
-        return [str(self.binary), "-m", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
-                "-c", "512", "-t", "2", "--metrics", *self.extra]
+        model = ["-m", str(self.model)] if self.model.name else []
+        return [str(self.binary), *model, "--host", "127.0.0.1", "--port", str(self.port),
+                "-c", "512", "-t", "2", *(["--metrics"] if self.metrics else []), *self.extra]
 
     def start(self, timeout: float = 120.0) -> None:
         log = open(self.log_path, "ab")
@@ -183,22 +185,53 @@ def llama_server_binary() -> Path | None:
         return None
 
 
-SPEC_ARGS = ["--spec-draft-n-max", "4"]  # plus -md <the same model>: set in the fixture
+# -md alone does not speculate: llama.cpp infers the type from the draft GGUF's metadata
+# only for MTP/EAGLE-style drafts (common/arg.cpp), so draft-simple is named.
+SPEC_ARGS = ["--spec-type", "draft-simple", "--spec-draft-n-max", "4"]
+
+
+def need_binary() -> Path:
+    binary = llama_server_binary()
+    if binary is None:
+        pytest.skip("llama-server is not built: run `python -m specdash.llamacpp_tools build`")
+    return binary
 
 
 @pytest.fixture(scope="session")
 def llama_server(tmp_path_factory: pytest.TempPathFactory, smol_path: Any) -> Iterator[LlamaServer]:
-    """SmolLM2-135M as target, the same file as draft model (-md), K=4, --metrics: the
-    speculative counters really move. One per session; tests may stop/start it."""
-    binary = llama_server_binary()
-    if binary is None:
-        pytest.skip("llama-server is not built: run `python -m specdash.llamacpp_tools build`")
+    """SmolLM2-135M as target and, the same file, as draft model (-md, draft-simple, K=4),
+    with --metrics: the speculative counters really move. One per session; a test that
+    stops it starts it again."""
     log_path = tmp_path_factory.mktemp("llama-server") / "server.log"
-    server = LlamaServer(binary, Path(smol_path), free_port(),
+    server = LlamaServer(need_binary(), Path(smol_path), free_port(),
                          ["-md", str(smol_path), *SPEC_ARGS, "-np", "1"], log_path)
     server.start()
     yield server
     server.stop()
+
+
+def router_preset(model: Path) -> str:
+    """A --models-preset INI with two presets of the same model: a draft model at K=4 (loaded
+    at startup) and n-gram lookup."""
+    return f"""version = 1
+
+[*]
+c = 512
+t = 2
+
+[smollm2@draft-k4]
+model = {model}
+model-draft = {model}
+spec-type = draft-simple
+spec-draft-n-max = 4
+load-on-startup = true
+
+[smollm2@ngram]
+model = {model}
+spec-type = ngram-simple
+spec-ngram-simple-size-n = 3
+spec-ngram-simple-size-m = 6
+"""
 
 
 def env_without_proxy() -> dict[str, str]:

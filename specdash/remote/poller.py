@@ -40,6 +40,7 @@ class PollResult:
     reset: bool = False
     state_changed: bool = False  # up <-> down/starting since the previous poll
     props_changed: bool = False  # /props was (re)read this poll
+    command: str = ""  # the command whose effect this poll first shows (a router preset switch)
 
 
 @dataclass(slots=True)
@@ -48,6 +49,24 @@ class RouterInfo:
 
     models: list[dict[str, Any]] = field(default_factory=list)
     active: str | None = None
+    pending: str | None = None  # a preset being switched to
+    pending_command: str = ""
+
+    def model(self, model_id: str | None) -> dict[str, Any] | None:
+        return next((m for m in self.models if str(m.get("id")) == model_id), None)
+
+
+def preset_options(model: dict[str, Any] | None) -> dict[str, str]:
+    """A router model's preset (its INI section as /models returns it) -> {key: value}."""
+    status = model.get("status") if model else None
+    text = status.get("preset") if isinstance(status, dict) else None
+    out: dict[str, str] = {}
+    if isinstance(text, str):
+        for line in text.splitlines():
+            key, eq, value = line.partition("=")
+            if eq and not line.lstrip().startswith((";", "#", "[")):
+                out[key.strip()] = value.strip()
+    return out
 
 
 class ServerWatch:
@@ -73,6 +92,7 @@ class ServerWatch:
         self._clock = clock
         self._wall = wall
         self._need_props = True
+        self._announce = ""  # a command whose effect the next good poll shows
 
     @property
     def url(self) -> str:
@@ -85,13 +105,15 @@ class ServerWatch:
 
     def _read_props(self) -> None:
         props = self.client.get_json_optional("/props")
-        self.router = None
         if isinstance(props, dict) and props.get("role") == "router":
-            self.router = RouterInfo()
+            if self.router is None:  # keep the active/pending preset across re-reads
+                self.router = RouterInfo()
             self.refresh_router()
             if self.router.active:
                 sub = self.client.get_json_optional("/props", model_query(self.router.active))
                 props = sub if isinstance(sub, dict) else props
+        else:
+            self.router = None
         self.props = props if isinstance(props, dict) else None
         self._need_props = False
 
@@ -104,13 +126,15 @@ class ServerWatch:
         models = data.get("data", []) if isinstance(data, dict) else []
         self.router.models = [m for m in models if isinstance(m, dict)]
         loaded = [str(m.get("id")) for m in self.router.models if model_status(m) == "loaded"]
-        if self.router.active not in loaded:
+        if self.router.active not in loaded and self.router.pending is None:
             self.router.active = loaded[0] if loaded else None
 
     def poll(self) -> PollResult:
         was_up = self.state == "up"
         props_changed = False
         try:
+            if self.router is not None and self.router.pending is not None:
+                self._pending_switch()
             if self._need_props:
                 self._read_props()
                 props_changed = True
@@ -151,14 +175,47 @@ class ServerWatch:
         self.last_seen = wall
         if not was_up or reset or self.up_since is None:
             self.up_since = wall
+        # The command that caused a switch is announced by the first good poll after it.
+        command, self._announce = self._announce, ""
         return PollResult(True, t, wall, snapshot=snap, delta=delta, reset=reset,
-                          state_changed=not was_up, props_changed=props_changed)
+                          state_changed=not was_up, props_changed=props_changed or bool(command),
+                          command=command)
+
+    def switch_to(self, model_id: str, command: str) -> None:
+        """A router preset switch was asked for: polls show "starting" until `model_id` is
+        loaded, then watch it (a new baseline: another process, not a counter reset)."""
+        if self.router is None:
+            raise ValueError("not a router")
+        self.router.pending = model_id
+        self.router.pending_command = command
+
+    def _pending_switch(self) -> None:
+        """During a preset switch: once the preset is loaded, watch it and remember the
+        command to announce; until then raise the "starting" state (not an error)."""
+        router = self.router
+        assert router is not None and router.pending is not None
+        self.refresh_router()
+        target = router.pending
+        status = model_status(router.model(target) or {})
+        if status == "loaded":
+            router.active, router.pending = target, None
+            self._announce, router.pending_command = router.pending_command, ""
+            self.window.clear()
+            self.last = None
+            self._need_props = True
+            self.slots_supported = True
+            return
+        if status == "failed":
+            router.pending = None
+            raise RemoteError("http", f"{self.url}: preset {target} failed to load; see the llama-server log")
+        raise RemoteError("switching", f"{self.url}: loading preset {target} ({status or 'requested'})")
 
     def _failed(self, exc: RemoteError, was_up: bool) -> PollResult:
-        self.errors += 1
+        if exc.kind != "switching":  # a switch we asked for is not the server's error
+            self.errors += 1
         self.error = str(exc)
         self.error_kind = exc.kind
-        self.state = "starting" if exc.kind == "loading" else "down"
+        self.state = "starting" if exc.kind in ("loading", "switching") else "down"
         self._need_props = True  # whatever comes back may be another process
         self.up_since = None
         return PollResult(False, self._clock(), self._wall(), error=exc, state_changed=was_up)
@@ -236,7 +293,7 @@ class Poller:
         self._on_result = on_result
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._lock = threading.Lock()  # one poll at a time, also against poll_now()
+        self.lock = threading.Lock()  # one poll at a time; also held by whoever changes the watch
         self._thread = threading.Thread(target=self._run, name=name or f"poll {watch.url}", daemon=True)
 
     def start(self) -> None:
@@ -244,7 +301,7 @@ class Poller:
 
     def poll_once(self) -> PollResult:
         """One poll on the caller's thread (never concurrently with the timer's)."""
-        with self._lock:
+        with self.lock:
             return self.watch.poll()
 
     def wake(self) -> None:
@@ -254,7 +311,7 @@ class Poller:
     def _run(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            with self._lock:
+            with self.lock:
                 if self._stop.is_set():
                     break
                 result = self.watch.poll()

@@ -33,13 +33,12 @@ from specdash.remote.backends import LlamaCppSnapshot, Snapshot
 from specdash.remote.client import Client, RemoteError, parse_url
 from specdash.remote.metrics import NotMetricsError, parse
 from specdash.remote.poller import (DEFAULT_INTERVAL, DEFAULT_WINDOW, Poller, PollResult, ServerWatch,
-                                    model_status)
+                                    model_status, preset_options)
 from specdash.remote.window import acceptance_rate, mean_accepted_length
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 256
-_PRESET_WAIT_S = 300.0  # a router model load can take minutes on a slow disk
 
 READ_ONLY_VLLM = "vLLM is read-only from here: its settings are fixed when it starts"
 READ_ONLY_SPECDASH = "another specdash's --metrics-port is read-only; steer it in its own dashboard"
@@ -170,7 +169,6 @@ class RemoteSource:
         self._settings: E.SettingsEvent | None = None
         self._server: E.ServerEvent = E.ServerEvent(url=self.url, state="starting")
         self._status = ""
-        self._pending_command = ""
         self._prompts: queue.Queue[E.NewPrompt | None] = queue.Queue()
         self._driver: threading.Thread | None = None
         self._stream_cancel = threading.Event()
@@ -267,7 +265,7 @@ class RemoteSource:
         w = self.watch
         if r.ok and r.snapshot is not None:
             if r.props_changed or self._settings is None or self._settings_differ(r.snapshot):
-                self._emit_settings(r.snapshot)
+                self._emit_settings(r.snapshot, r.command)
             if self._status != "running":
                 self._status = "running"
                 self._put(E.StatusEvent("running", f"{self.url}: {w.backend} up", t=r.t))
@@ -291,24 +289,29 @@ class RemoteSource:
 
     def _settings_differ(self, snap: Snapshot) -> bool:
         s = self._settings
-        return s is None or s.k != snap.k or s.target != self._target(snap)
+        return (s is None or s.k != self._k(snap) or s.target != self._target(snap)
+                or s.drafter != self._drafter(snap))
 
     def _target(self, snap: Snapshot) -> str:
         router = self.watch.router
         return (router.active if router and router.active else "") or snap.model or self.url
 
+    def _preset(self) -> dict[str, str]:
+        router = self.watch.router
+        return preset_options(router.model(router.active)) if router and router.active else {}
+
+    def _draft_path(self) -> str | None:
+        return self._preset().get("model-draft") or self._preset().get("spec-draft-model") or None
+
     def _drafter(self, snap: Snapshot) -> str:
         if isinstance(snap, LlamaCppSnapshot):
-            types = ""
-            for slot in snap.slots:
-                if slot.spec_types:
-                    types = slot.spec_types
-                    break
-            if not types:
-                dgs = _dict((self.watch.props or {}).get("default_generation_settings"))
-                types = str(_dict(dgs.get("params")).get("speculative.types") or "")
-            if types and types != "none":
-                return types
+            # The slot's last task says what it drafted with ("none,draft-simple"); /props
+            # does not (its params are the defaults, not the server's).
+            types = next((s.spec_types for s in snap.slots if s.spec_types), "") or \
+                self._preset().get("spec-type", "")
+            kinds = [t for t in types.split(",") if t.strip() and t.strip() != "none"]
+            if kinds:
+                return ",".join(t.strip() for t in kinds)
             if snap.counters.per_pos or any(s.speculative for s in snap.slots):
                 return "speculative"
             return "none"
@@ -316,7 +319,13 @@ class RemoteSource:
             return getattr(snap, "drafter", "") or ("speculative" if snap.counters.per_pos else "none")
         return "speculative" if snap.counters.per_pos or snap.counters.num_drafts else "none"
 
-    def _emit_settings(self, snap: Snapshot) -> None:
+    def _k(self, snap: Snapshot) -> int | None:
+        if snap.k is not None:
+            return snap.k
+        value = self._preset().get("spec-draft-n-max")
+        return int(value) if value and value.isdigit() else None
+
+    def _emit_settings(self, snap: Snapshot, command: str = "") -> None:
         props = self.watch.props or {}
         dgs = _dict(props.get("default_generation_settings"))
         params = _dict(dgs.get("params"))
@@ -333,15 +342,14 @@ class RemoteSource:
         n_ctx = dgs.get("n_ctx")
         path = props.get("model_path")
         ev = E.SettingsEvent(
-            source="remote", target=self._target(snap), drafter=self._drafter(snap), k=snap.k,
+            source="remote", target=self._target(snap), drafter=self._drafter(snap), k=self._k(snap),
             temperature=num("temperature"), top_k=int(top_k) if top_k is not None else None,
             top_p=num("top_p"), seed=int(seed) if seed is not None and 0 <= seed < 2**32 - 1 else None,
             ctx=n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None,
             max_tokens=int(n_predict) if n_predict is not None and n_predict > 0 else None,
             target_path=path if isinstance(path, str) and path and path != "none" else None,
-            command=self._pending_command,
+            command=command, draft_path=self._draft_path(),
             unavailable=unavailable_controls(snap.backend, router_presets=n_presets), t=now())
-        self._pending_command = ""
         self._settings = ev
         self._put(ev)
 
@@ -361,55 +369,38 @@ class RemoteSource:
         return None
 
     def _switch_preset(self, cmd: E.SetDrafter) -> None:
+        """Router mode: ask for the preset; the poller shows "starting" until it is loaded,
+        then a SettingsEvent whose `command` is this one."""
         w = self.watch
         if w.backend in ("vllm", "specdash"):
             self._notice("warning", f"{cmd.text()} refused: {unavailable_controls(w.backend)['draft']}")
             return
         try:
             # Probe before offering: only a router lists presets under /models.
-            with self.poller._lock:
+            with self.poller.lock:
                 if w.router is not None:
                     w.refresh_router()
-            if w.router is None or len(w.router.models) < 2:
-                self._notice("warning", f"{cmd.text()} refused: {unavailable_controls('llamacpp')['draft']}")
-                return
-            target = self._find_preset(cmd.spec)
-            if target is None:
-                names = ", ".join(str(m.get("id")) for m in w.router.models)
-                self._notice("warning", f"{cmd.text()} refused: {self.url} has no preset {cmd.spec!r}; "
-                             f"it offers {names}")
-                return
-            current = w.router.active
-            if target == current:
-                self._notice("info", f"{cmd.text()}: {target} is already the active preset")
-                return
+                router = w.router
+                if router is None or len(router.models) < 2:
+                    self._notice("warning", f"{cmd.text()} refused: {unavailable_controls('llamacpp')['draft']}")
+                    return
+                target = self._find_preset(cmd.spec)
+                if target is None:
+                    names = ", ".join(str(m.get("id")) for m in router.models)
+                    self._notice("warning", f"{cmd.text()} refused: {self.url} has no preset {cmd.spec!r}; "
+                                 f"it offers {names}")
+                    return
+                current = router.active
+                if target == current:
+                    self._notice("info", f"{cmd.text()}: {target} is already the active preset")
+                    return
+                status = model_status(router.model(target) or {})
+                w.switch_to(target, cmd.text())
             self._notice("info", f"{cmd.text()}: switching {self.url} from {current} to {target}")
             if current:
-                self.client.post_json("/models/unload", {"model": current})
-            status = next((model_status(m) for m in w.router.models if str(m.get("id")) == target), "")
+                self.client.post_json("/models/unload", {"model": current}, timeout=60.0)
             if status not in ("loaded", "loading"):
-                self.client.post_json("/models/load", {"model": target})
-            deadline = time.monotonic() + _PRESET_WAIT_S
-            while not self._closed.is_set() and time.monotonic() < deadline:
-                with self.poller._lock:
-                    w.refresh_router()
-                    loaded = next((model_status(m) for m in w.router.models
-                                   if str(m.get("id")) == target), "")
-                    if loaded == "loaded":
-                        w.router.active = target
-                        w.window.clear()  # another process: a new baseline, not a reset
-                        w.last = None
-                        w._need_props = True
-                        self._pending_command = cmd.text()
-                        break
-                    if loaded == "failed":
-                        raise RemoteError("http", f"{self.url}: preset {target} failed to load; "
-                                          f"see the llama-server log")
-                self._closed.wait(0.5)
-            else:
-                if not self._closed.is_set():
-                    raise RemoteError("timeout", f"{self.url}: preset {target} did not load within "
-                                      f"{_PRESET_WAIT_S:g}s")
+                self.client.post_json("/models/load", {"model": target}, timeout=60.0)
             self.poller.wake()
         except RemoteError as exc:
             self._notice("error", f"{cmd.text()} failed: {exc}")
