@@ -4,34 +4,49 @@ llama-cpp-python 0.3.36): the draft's token ids must
 mean the same text as the target's, or every accepted draft token would be a different
 token to the target.
 
-The vocabularies are read through llama.cpp itself (a vocab_only load: no weights, well
-under a second even for a 151k-token vocab), so the check sees exactly what the engine's
-models will see, including token texts normalised by the loader.
+The rules run on a `Vocab`, which comes from one of two places:
+- `vocab_from_llama`: llama.cpp itself (a vocab_only load: no weights, well under a
+  second even for a 151k-token vocab), so the check sees exactly what the engine's
+  models will see. `check_pair` (`specdash check`, the engine) uses this.
+- `vocab_from_metadata`: the GGUF header alone, read by ggufcheck, with llama.cpp's
+  loader defaults (llama-vocab.cpp) applied. No llama.cpp, so a whole disk of models
+  can be checked in seconds (`specdash models pairs`); tests hold the two to the same
+  answers on real models.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import llama_cpp
+from typing import Any
 
 from specdash.errors import SpecdashError
-from specdash.models.llamalog import captured_llama_log, last_lines
+from specdash.models.ggufcheck import GGUFArray, read_string_array
 
 # Same constants as llama.cpp's speculative.cpp.
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128
 SPEC_VOCAB_CHECK_START_TOKEN_ID = 5
 _SHOW_DIFFS = 3
 
-_VOCAB_TYPES = {
-    llama_cpp.LLAMA_VOCAB_TYPE_NONE: "none",
-    llama_cpp.LLAMA_VOCAB_TYPE_SPM: "SPM",
-    llama_cpp.LLAMA_VOCAB_TYPE_BPE: "BPE",
-    llama_cpp.LLAMA_VOCAB_TYPE_WPM: "WPM",
-    llama_cpp.LLAMA_VOCAB_TYPE_UGM: "UGM",
-    llama_cpp.LLAMA_VOCAB_TYPE_RWKV: "RWKV",
+# The rules, in the order they are reported, with what each one requires.
+RULES: tuple[tuple[str, str], ...] = (
+    ("vocab type", "same vocabulary type (SPM, BPE, WPM, UGM, RWKV...)"),
+    ("BOS/EOS", "same add-BOS/add-EOS behaviour, and the same BOS/EOS ids where added"),
+    ("vocab size", f"vocabulary sizes within {SPEC_VOCAB_MAX_SIZE_DIFFERENCE}"),
+    ("token text", f"identical token text for every id from {SPEC_VOCAB_CHECK_START_TOKEN_ID} up"),
+)
+
+# llama_vocab_type (include/llama.h).
+VOCAB_TYPE_NAMES: dict[int, str] = {
+    0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2", 7: "test",
 }
+TOKEN_NULL = -1  # LLAMA_TOKEN_NULL
+
+TOKENS_KEY = "tokenizer.ggml.tokens"
+# read_gguf_header(digests=...) for the token text rule's fast path.
+TOKEN_DIGESTS: dict[str, int] = {TOKENS_KEY: SPEC_VOCAB_CHECK_START_TOKEN_ID}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,21 +78,73 @@ class CompatReport:
 
 
 @dataclass(frozen=True, slots=True)
-class _Vocab:
+class Vocab:
+    """What the rules compare. `texts` may be left unread (None) when `digest` (sha1 of
+    the raw token texts from id SPEC_VOCAB_CHECK_START_TOKEN_ID on) and `path` are set:
+    equal sizes and digests settle the token text rule, and anything else reads the
+    texts from `path` only then."""
+
     vocab_type: int
     n_tokens: int
     add_bos: bool
     add_eos: bool
     bos: int
     eos: int
-    texts: list[bytes]
+    texts: Sequence[bytes] | None = field(default=None, repr=False, compare=False)
+    digest: str | None = None
+    path: Path | None = None
+
+    def token_texts(self) -> Sequence[bytes]:
+        if self.texts is not None:
+            return self.texts
+        if self.path is None:
+            raise ValueError("Vocab has neither texts nor a path to read them from")
+        return _texts_from_file(self.path)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": VOCAB_TYPE_NAMES.get(self.vocab_type, str(self.vocab_type)),
+            "type_id": self.vocab_type,
+            "n_tokens": self.n_tokens,
+            "add_bos": self.add_bos,
+            "add_eos": self.add_eos,
+            "bos": self.bos,
+            "eos": self.eos,
+            "digest": self.digest,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], path: Path | None = None) -> Vocab:
+        return cls(
+            vocab_type=int(d["type_id"]),
+            n_tokens=int(d["n_tokens"]),
+            add_bos=bool(d["add_bos"]),
+            add_eos=bool(d["add_eos"]),
+            bos=int(d["bos"]),
+            eos=int(d["eos"]),
+            digest=d.get("digest"),
+            path=path,
+        )
+
+
+@functools.lru_cache(maxsize=4)  # a target's texts serve every draft checked against it
+def _texts_from_file(path: Path) -> list[bytes]:
+    raw = read_string_array(path, TOKENS_KEY)
+    # llama.cpp's loader renames empty tokens (llama-vocab.cpp: "[EMPTY_<id>]").
+    return [t if t else f"[EMPTY_{i}]".encode() for i, t in enumerate(raw)]
 
 
 _backend_ready = False
 
 
-def _load_vocab(path: Path) -> _Vocab:
+def vocab_from_llama(path: str | Path) -> Vocab:
+    """The vocabulary as llama.cpp loads it (vocab_only: no weights)."""
+    import llama_cpp  # here: the metadata path must not pay for loading llama.cpp
+
+    from specdash.models.llamalog import captured_llama_log, last_lines
+
     global _backend_ready
+    path = Path(path)
     if not _backend_ready:
         llama_cpp.llama_backend_init()
         _backend_ready = True
@@ -93,7 +160,7 @@ def _load_vocab(path: Path) -> _Vocab:
     try:
         vocab = llama_cpp.llama_model_get_vocab(model)
         n = llama_cpp.llama_vocab_n_tokens(vocab)
-        return _Vocab(
+        return Vocab(
             vocab_type=llama_cpp.llama_vocab_type(vocab),
             n_tokens=n,
             add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)),
@@ -101,16 +168,94 @@ def _load_vocab(path: Path) -> _Vocab:
             bos=llama_cpp.llama_vocab_bos(vocab),
             eos=llama_cpp.llama_vocab_eos(vocab),
             texts=[llama_cpp.llama_vocab_get_text(vocab, i) or b"" for i in range(n)],
+            path=path,
         )
     finally:
         llama_cpp.llama_model_free(model)
 
 
+# llama-vocab.cpp (llama_vocab::impl::load): tokenizer.ggml.model -> (type, default BOS,
+# default EOS, default add-BOS, default add-EOS), before the file's own keys override.
+_N = TOKEN_NULL
+_TOKENIZER_MODELS: dict[str, tuple[int, int, int, bool, bool]] = {
+    "llama": (1, 1, 2, True, False),
+    "bert": (3, 101, _N, True, False),
+    "gpt2": (2, 11, 11, False, False),
+    "hybriddna": (2, 11, 11, False, False),
+    "whitespace": (2, 11, 11, False, False),
+    "gemma4": (2, _N, _N, True, False),  # add-BOS forced on after the keys (Gemma 4 workaround)
+    "t5": (4, _N, 1, False, True),
+    "rwkv": (5, _N, _N, False, False),
+    "plamo2": (6, 1, 2, False, False),
+    "test": (7, _N, _N, False, False),
+}
+# BPE pre-tokenizers that turn add-BOS on, or drop the default BOS id.
+_PRE_ADDS_BOS = frozenset({
+    "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+    "jina-v5-nano", "tekken", "chameleon",
+})
+_PRE_NO_BOS = frozenset({"chatglm-bpe", "glm4", "glm5"})
+
+
+def vocab_from_metadata(metadata: Mapping[str, Any], path: Path | None = None) -> Vocab:
+    """The vocabulary llama.cpp would load, from a header read with
+    read_gguf_header(path, digests=TOKEN_DIGESTS). Raises SpecdashError when llama.cpp
+    would refuse it (no token list, unknown tokenizer)."""
+    where = f"{path}: " if path else ""
+    model = metadata.get("tokenizer.ggml.model")
+    if not isinstance(model, str):
+        raise SpecdashError(f"{where}no tokenizer in its metadata (tokenizer.ggml.model missing)")
+    if model in ("no_vocab", "none"):
+        raise SpecdashError(f"{where}has no vocabulary (tokenizer.ggml.model = {model!r})")
+    if model not in _TOKENIZER_MODELS:
+        raise SpecdashError(
+            f"{where}unknown tokenizer {model!r} (known: {', '.join(_TOKENIZER_MODELS)})"
+        )
+    tokens = metadata.get(TOKENS_KEY)
+    if not isinstance(tokens, (GGUFArray, list)):
+        raise SpecdashError(f"{where}no token list in its metadata ({TOKENS_KEY} missing)")
+    n_tokens = len(tokens)
+    vocab_type, bos, eos, add_bos, add_eos = _TOKENIZER_MODELS[model]
+    pre = metadata.get("tokenizer.ggml.pre")
+    if vocab_type == 2 and model != "gemma4":
+        if pre in _PRE_ADDS_BOS:
+            add_bos = True
+        if pre in _PRE_NO_BOS:
+            bos = TOKEN_NULL
+
+    def special(key: str, default: int) -> int:
+        if default >= n_tokens:  # "default special token ... out of vocab range, disabling"
+            default = TOKEN_NULL
+        value = metadata.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < n_tokens:
+            return value
+        return default  # absent, or "bad special token ... using default id"
+
+    bos = special("tokenizer.ggml.bos_token_id", bos)
+    eos = special("tokenizer.ggml.eos_token_id", eos)
+    for key, current in (("tokenizer.ggml.add_bos_token", "bos"), ("tokenizer.ggml.add_eos_token", "eos")):
+        value = metadata.get(key)
+        if isinstance(value, bool):
+            if current == "bos":
+                add_bos = value
+            else:
+                add_eos = value
+    if model == "gemma4":
+        add_bos = True
+    texts = None
+    digest = None
+    if isinstance(tokens, list):
+        texts = [t.encode() if t else f"[EMPTY_{i}]".encode() for i, t in enumerate(tokens)]
+    else:
+        digest = tokens.digest
+    return Vocab(vocab_type, n_tokens, add_bos, add_eos, bos, eos, texts=texts, digest=digest, path=path)
+
+
 def _type_name(t: int) -> str:
-    return f"{_VOCAB_TYPES.get(t, 'type')} ({t})"
+    return f"{VOCAB_TYPE_NAMES.get(t, 'type')} ({t})"
 
 
-def _special_tokens_rule(tgt: _Vocab, dft: _Vocab) -> Rule:
+def _special_tokens_rule(tgt: Vocab, dft: Vocab) -> Rule:
     problems = []
     if tgt.add_bos != dft.add_bos:
         problems.append(f"add-BOS target {tgt.add_bos} vs draft {dft.add_bos}")
@@ -122,6 +267,7 @@ def _special_tokens_rule(tgt: _Vocab, dft: _Vocab) -> Rule:
         problems.append(f"EOS id target {tgt.eos} vs draft {dft.eos}")
     if problems:
         return Rule("BOS/EOS", False, "; ".join(problems))
+
     def describe(kind: str, added: bool, t: int, d: int) -> str:
         if added:
             return f"both add {kind} id {t}"
@@ -134,14 +280,18 @@ def _special_tokens_rule(tgt: _Vocab, dft: _Vocab) -> Rule:
     )
 
 
-def _token_text_rule(tgt: _Vocab, dft: _Vocab) -> Rule:
+def _token_text_rule(tgt: Vocab, dft: Vocab) -> Rule:
     start, end = SPEC_VOCAB_CHECK_START_TOKEN_ID, min(tgt.n_tokens, dft.n_tokens)
-    diffs = [i for i in range(start, end) if tgt.texts[i] != dft.texts[i]]
     checked = max(0, end - start)
+    if tgt.n_tokens == dft.n_tokens and tgt.digest is not None and tgt.digest == dft.digest:
+        # Same raw bytes for every id from `start` on: no need to read the texts.
+        return Rule("token text", True, f"ids {start}..{end - 1}: all {checked:,} identical")
+    t_texts, d_texts = tgt.token_texts(), dft.token_texts()
+    diffs = [i for i in range(start, end) if t_texts[i] != d_texts[i]]
     if not diffs:
         return Rule("token text", True, f"ids {start}..{end - 1}: all {checked:,} identical")
     shown = ", ".join(
-        f"{i}: {tgt.texts[i].decode('utf-8', 'replace')!r} vs {dft.texts[i].decode('utf-8', 'replace')!r}"
+        f"{i}: {t_texts[i].decode('utf-8', 'replace')!r} vs {d_texts[i].decode('utf-8', 'replace')!r}"
         for i in diffs[:_SHOW_DIFFS]
     )
     return Rule(
@@ -151,11 +301,9 @@ def _token_text_rule(tgt: _Vocab, dft: _Vocab) -> Rule:
     )
 
 
-def check_pair(target_path: str | Path, draft_path: str | Path) -> CompatReport:
-    """All four rules, each with evidence. Unlike llama.cpp, every rule is evaluated
-    (no short-circuit) so a report shows everything that is wrong at once."""
-    target_path, draft_path = Path(target_path), Path(draft_path)
-    tgt, dft = _load_vocab(target_path), _load_vocab(draft_path)
+def evaluate_rules(tgt: Vocab, dft: Vocab) -> list[Rule]:
+    """Every rule, each with evidence, in RULES order. Unlike llama.cpp, no rule is
+    skipped because an earlier one failed, so a report shows everything that is wrong."""
     vocab_type = Rule(
         "vocab type",
         tgt.vocab_type == dft.vocab_type,
@@ -168,8 +316,11 @@ def check_pair(target_path: str | Path, draft_path: str | Path) -> CompatReport:
         f"target {tgt.n_tokens:,}, draft {dft.n_tokens:,}: differ by {diff:,} "
         f"(max {SPEC_VOCAB_MAX_SIZE_DIFFERENCE})",
     )
-    return CompatReport(
-        target_path,
-        draft_path,
-        [vocab_type, _special_tokens_rule(tgt, dft), vocab_size, _token_text_rule(tgt, dft)],
-    )
+    return [vocab_type, _special_tokens_rule(tgt, dft), vocab_size, _token_text_rule(tgt, dft)]
+
+
+def check_pair(target_path: str | Path, draft_path: str | Path) -> CompatReport:
+    """All four rules on the vocabularies as llama.cpp loads them."""
+    target_path, draft_path = Path(target_path), Path(draft_path)
+    tgt, dft = vocab_from_llama(target_path), vocab_from_llama(draft_path)
+    return CompatReport(target_path, draft_path, evaluate_rules(tgt, dft))

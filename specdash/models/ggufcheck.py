@@ -5,15 +5,22 @@ load model"), and to show metadata without loading weights.
 Layout (little-endian, GGUF v2/v3): magic "GGUF", u32 version, u64 tensor count, u64 kv
 count, the kv pairs, the tensor infos (name, dims, ggml type, offset relative to the data
 section), padding to `general.alignment`, then tensor data.
+
+String arrays (a tokenizer's tokens and merges: 50k-260k length-prefixed strings) are
+most of a header. Walking them one string at a time in Python costs tens of ms per
+file, so they are skipped in vectorised windows (numpy) that are checked exactly
+against the length prefixes; see `_Reader.skip_strings`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import struct
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Collection
+from typing import Any
 
 from specdash.errors import SpecdashError
 
@@ -59,11 +66,31 @@ GGML_TYPES: dict[int, tuple[str, int, int]] = {
     39: ("MXFP4", 32, 1 + 16),
 }
 
+# general.file_type (llama.cpp's llama_ftype, include/llama.h) -> the name quantizers use.
+FILE_TYPES: dict[int, str] = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
+    10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M",
+    16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S",
+    22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M",
+    28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0",
+    37: "TQ2_0", 38: "MXFP4_MOE", 39: "NVFP4", 40: "Q1_0", 41: "Q2_0",
+}
+FILE_TYPE_GUESSED = 1024  # llama.cpp ORs this in when it inferred the type
+
 # GGUF metadata value types -> struct format of one scalar.
 _SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
                    10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
 _MAX_DIMS = 8  # GGML_MAX_DIMS is 4; anything far above means a corrupt header
+_U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
+_TYPE_OFFSET = struct.Struct("<IQ")
+# String arrays shorter than this are walked in Python: numpy's setup would cost more.
+_VECTOR_MIN_STRINGS = 256
+# Bytes per string assumed when sizing a vectorised window (token texts average 5-10
+# bytes plus the 8-byte length). Too small costs one more window, never a wrong answer.
+_WINDOW_BYTES_PER_STRING = 18
+_MAX_WINDOW = 16 << 20
 
 
 class GGUFError(SpecdashError):
@@ -72,10 +99,16 @@ class GGUFError(SpecdashError):
 
 @dataclass(frozen=True, slots=True)
 class GGUFArray:
-    """An array value whose contents were not read (only its element type and length)."""
+    """An array value whose contents were not read (only its element type and length).
+
+    `offset` and `end` are the file offsets of its first element and of the byte after
+    its last; `digest` is set only when read_gguf_header was asked for one (`digests`)."""
 
     value_type: int
     length: int
+    offset: int = 0
+    end: int = 0
+    digest: str | None = None
 
     def __len__(self) -> int:
         return self.length
@@ -149,7 +182,45 @@ class _Reader:
     def skip_string(self) -> None:
         self.skip(self.unpack("<Q"))
 
-    def value(self, vtype: int, read_array: bool) -> Any:
+    def skip_strings(self, n: int, starts: list[int] | None = None) -> None:
+        """Skip `n` consecutive length-prefixed strings, appending each one's offset to
+        `starts` if given. Same result as n calls of skip_string, faster.
+
+        Vectorised over a window of bytes: every string whose length is 1..255 has its
+        length prefix as one non-zero byte followed by seven zero bytes, so numpy marks
+        every position with that shape. Marks that are not string starts (zero bytes
+        inside a text) and starts that are not marked (empty or >255-byte strings) are
+        both caught by checking the chain exactly: each start must be the previous
+        start + 8 + its length. Where the chain breaks, the string there is read
+        directly and the chain resumes after it."""
+        remaining = n
+        while remaining >= _VECTOR_MIN_STRINGS:
+            done, new_pos = _chain_window(self.buf, self.pos, remaining, starts)
+            if done == 0:
+                if starts is not None:
+                    starts.append(self.pos)
+                self.skip_string()  # the string the window could not prove; bounds-checked
+                remaining -= 1
+                continue
+            if new_pos > len(self.buf):
+                self.pos = len(self.buf)
+                self.skip(new_pos - len(self.buf))  # raises: truncated
+            self.pos = new_pos
+            remaining -= done
+        for _ in range(remaining):
+            if starts is not None:
+                starts.append(self.pos)
+            self.skip_string()
+
+    def string_array(self, n: int) -> list[bytes]:
+        """Read `n` strings as raw bytes."""
+        starts: list[int] = []
+        self.skip_strings(n, starts)
+        starts.append(self.pos)
+        buf = self.buf
+        return [buf[a + 8:b] for a, b in zip(starts, starts[1:])]
+
+    def value(self, vtype: int, read_array: bool, digest_from: int | None = None) -> Any:
         if vtype in _SCALAR_FORMATS:
             return self.unpack(_SCALAR_FORMATS[vtype])
         if vtype == _STRING:
@@ -158,24 +229,92 @@ class _Reader:
             etype = self.unpack("<I")
             length = self.unpack("<Q")
             if read_array:
+                if etype == _STRING:
+                    return [b.decode("utf-8", errors="replace") for b in self.string_array(length)]
                 return [self.value(etype, True) for _ in range(length)]
+            offset = self.pos
+            digest_at: int | None = None
             if etype in _SCALAR_FORMATS:
                 self.skip(length * struct.calcsize(_SCALAR_FORMATS[etype]))
             elif etype == _STRING:
-                # Strings are length-prefixed, so skipping a 151k-entry vocab still walks it;
-                # unpack_from on the mmap keeps that well under a second.
-                for _ in range(length):
-                    self.skip_string()
+                if digest_from is not None and length > digest_from:
+                    for _ in range(digest_from):
+                        self.skip_string()
+                    digest_at = self.pos
+                    self.skip_strings(length - digest_from)
+                else:
+                    self.skip_strings(length)
             else:
                 for _ in range(length):
                     self.value(etype, False)
-            return GGUFArray(etype, length)
+            digest = None
+            if digest_from is not None:
+                digest = _sha1(self.buf, self.pos if digest_at is None else digest_at, self.pos)
+            return GGUFArray(etype, length, offset, self.pos, digest)
         raise GGUFError(f"{self.path}: corrupt GGUF header: unknown metadata value type {vtype}")
 
 
-def read_gguf_header(path: str | Path, arrays: Collection[str] = ()) -> GGUFHeader:
+def _sha1(buf: mmap.mmap | bytes, start: int, end: int) -> str:
+    with memoryview(buf) as view, view[start:end] as part:
+        return hashlib.sha1(part, usedforsecurity=False).hexdigest()
+
+
+def _chain_window(
+    buf: mmap.mmap | bytes, pos: int, remaining: int, starts: list[int] | None
+) -> tuple[int, int]:
+    """One vectorised window of Reader.skip_strings: (strings proven, offset after the
+    last of them); (0, pos) when not even the string at `pos` can be proven here."""
+    import numpy as np  # here, not at the top: `specdash --help` need not load numpy
+
+    width = min(len(buf) - pos, max(4096, remaining * _WINDOW_BYTES_PER_STRING), _MAX_WINDOW)
+    if width < 16:
+        return 0, pos
+    window = np.frombuffer(buf, dtype=np.uint8, count=width, offset=pos)
+    try:
+        zero = window == 0
+        marks = ~zero[: width - 7]
+        for k in range(1, 8):
+            marks &= zero[k : width - 7 + k]
+        cand = np.flatnonzero(marks)
+        following = cand + 8 + window[cand]
+        # breaks[i]: the chain leaves the marks after cand[breaks[i]]
+        breaks = np.flatnonzero(following[:-1] != cand[1:])
+        breaks = np.append(breaks, len(cand) - 1)  # the window ends after the last mark
+        done, at = 0, 0  # strings proven; window offset of the next string to prove
+        while done < remaining:
+            i = int(np.searchsorted(cand, at))
+            if i < len(cand) and cand[i] == at:
+                # A proven start: follow the marks to the next break.
+                b = int(breaks[np.searchsorted(breaks, i)])
+                take = min(b - i + 1, remaining - done)
+                if starts is not None:
+                    starts.extend((cand[i : i + take] + pos).tolist())
+                done += take
+                at = int(following[i + take - 1])
+                continue
+            # Unmarked (an empty or >255-byte string, or too near the window's end): read
+            # its length directly, if it lies in the window.
+            if at + 8 > width:
+                break
+            if starts is not None:
+                starts.append(pos + at)
+            done += 1
+            at += 8 + _U64.unpack_from(buf, pos + at)[0]
+            if at > width:
+                break
+        return done, pos + at
+    finally:
+        del window  # the mmap cannot close while numpy holds a view of it
+
+
+def read_gguf_header(
+    path: str | Path, arrays: Collection[str] = (), *, digests: Mapping[str, int] | None = None
+) -> GGUFHeader:
     """Parse the header of the GGUF at `path`. Array values are returned as GGUFArray
-    (type and length) except for the keys named in `arrays`, which are read in full."""
+    (type and length) except for the keys named in `arrays`, which are read in full.
+
+    `digests` maps array keys to a first element index: such an array's GGUFArray gets
+    the sha1 of its raw encoding from that element on (equal digests: equal elements)."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -183,14 +322,45 @@ def read_gguf_header(path: str | Path, arrays: Collection[str] = ()) -> GGUFHead
             if file_size < 8:
                 raise GGUFError(f"{path}: not a GGUF file (only {file_size} bytes)")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                return _parse(_Reader(buf, path), file_size, frozenset(arrays))
+                return _parse(_Reader(buf, path), file_size, frozenset(arrays), digests or {})
     except IsADirectoryError:
         raise GGUFError(f"{path}: is a directory, not a GGUF file")
     except OSError as exc:
         raise GGUFError(f"{path}: cannot read: {exc.strerror or exc}")
 
 
-def _parse(r: _Reader, file_size: int, arrays: frozenset[str]) -> GGUFHeader:
+def read_string_array(path: str | Path, key: str) -> list[bytes]:
+    """The elements of the string array `key` (e.g. tokenizer.ggml.tokens) as raw bytes,
+    as llama.cpp reads them; [] if the file has no such key."""
+    header = read_gguf_header(path)
+    arr = header.metadata.get(key)
+    if not isinstance(arr, GGUFArray) or arr.value_type != _STRING:
+        return []
+    path = Path(path)
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            reader = _Reader(buf, path)
+            reader.pos = arr.offset
+            return reader.string_array(arr.length)
+    except OSError as exc:
+        raise GGUFError(f"{path}: cannot read: {exc.strerror or exc}")
+
+
+def has_gguf_magic(path: str | Path) -> bool:
+    """Does the file start with b'GGUF'? False for anything unreadable."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
+def file_type_name(file_type: int) -> str:
+    """general.file_type as a quantization name (Q4_K_M...)."""
+    return FILE_TYPES.get(file_type & ~FILE_TYPE_GUESSED, f"ftype {file_type}")
+
+
+def _parse(r: _Reader, file_size: int, arrays: frozenset[str], digests: Mapping[str, int]) -> GGUFHeader:
     magic = bytes(r.buf[:4])
     if magic != GGUF_MAGIC:
         raise GGUFError(f"{r.path}: not a GGUF file (starts with {magic!r}, expected b'GGUF')")
@@ -207,16 +377,9 @@ def _parse(r: _Reader, file_size: int, arrays: frozenset[str]) -> GGUFHeader:
     for _ in range(n_kv):
         key = r.string()
         vtype = r.unpack("<I")
-        metadata[key] = r.value(vtype, key in arrays)
+        metadata[key] = r.value(vtype, key in arrays, digests.get(key))
 
-    tensors = []
-    for _ in range(n_tensors):
-        name = r.string()
-        n_dims = r.unpack("<I")
-        if n_dims > _MAX_DIMS:
-            raise GGUFError(f"{r.path}: corrupt GGUF header: tensor {name!r} has {n_dims} dims")
-        shape = tuple(r.unpack("<Q") for _ in range(n_dims))
-        tensors.append(TensorInfo(name, r.unpack("<I"), shape, r.unpack("<Q")))
+    tensors = _tensor_infos(r, n_tensors)
 
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0:
@@ -230,13 +393,42 @@ def _parse(r: _Reader, file_size: int, arrays: frozenset[str]) -> GGUFHeader:
     elif any(s is None for s in sizes):
         expected = None
     else:
-        expected = data_offset + max(t.offset + s for t, s in zip(tensors, sizes))
+        expected = data_offset + max(t.offset + (s or 0) for t, s in zip(tensors, sizes))
     return GGUFHeader(version, metadata, tensors, data_offset, expected, file_size)
 
 
-def check_gguf(path: str | Path) -> GGUFHeader:
+def _tensor_infos(r: _Reader, n_tensors: int) -> list[TensorInfo]:
+    """The tensor infos, unpacked inline: a 300-tensor header is 2,000 fields, and a
+    method call per field was most of the time of parsing a small model's header."""
+    buf, pos, end = r.buf, r.pos, len(r.buf)
+    u64, u32, tail = _U64.unpack_from, _U32.unpack_from, _TYPE_OFFSET.unpack_from
+    tensors = []
+    try:
+        for _ in range(n_tensors):
+            (n,) = u64(buf, pos)
+            if pos + 8 + n > end:
+                raise struct.error
+            name = bytes(buf[pos + 8:pos + 8 + n]).decode("utf-8", errors="replace")
+            pos += 8 + n
+            (n_dims,) = u32(buf, pos)
+            if n_dims > _MAX_DIMS:
+                raise GGUFError(f"{r.path}: corrupt GGUF header: tensor {name!r} has {n_dims} dims")
+            shape = struct.unpack_from(f"<{n_dims}Q", buf, pos + 4)
+            pos += 4 + 8 * n_dims
+            ggml_type, offset = tail(buf, pos)
+            pos += 12
+            tensors.append(TensorInfo(name, ggml_type, shape, offset))
+    except struct.error:
+        raise GGUFError(
+            f"{r.path}: truncated GGUF: the header runs past the end of the file ({end:,} bytes)"
+        ) from None
+    r.pos = pos
+    return tensors
+
+
+def check_gguf(path: str | Path, *, digests: Mapping[str, int] | None = None) -> GGUFHeader:
     """read_gguf_header, plus: the file holds all the tensor data the header promises."""
-    header = read_gguf_header(path)
+    header = read_gguf_header(path, digests=digests)
     if header.expected_size is not None and header.file_size < header.expected_size:
         raise GGUFError(
             f"{path}: truncated GGUF: {header.file_size:,} bytes but its tensors end at "
