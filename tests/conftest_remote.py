@@ -167,7 +167,7 @@ class LlamaServer:
 
     def complete(self, prompt: str, n_predict: int = 48, temperature: float = 0.0, **extra: Any) -> dict[str, Any]:
         body = {"prompt": prompt, "n_predict": n_predict, "temperature": temperature, "cache_prompt": False, **extra}
-        response = httpx.post(self.url + "/completion", json=body, timeout=120.0)
+        response = httpx.post(self.url + "/completion", json=body, timeout=300.0)
         response.raise_for_status()
         return dict(response.json())
 

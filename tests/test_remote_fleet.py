@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from textual.app import App
@@ -41,7 +41,7 @@ class Host(App[None]):
 A, B, C = "http://a:8080", "http://b:8080", "http://c:8000"
 
 
-def sync(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
+def sync(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
     """Run an async test under asyncio.run (no pytest async plugin here)."""
 
     @functools.wraps(test)

@@ -106,7 +106,8 @@ def test_deltas_rates_and_quantiles_over_two_scrapes() -> None:
     assert w.quantile(ITL, 0.5) == pytest.approx(0.025 + 0.025 * 30 / 100)
     assert w.quantile(ITL, 0.95) == pytest.approx(0.075 + 0.025 * 47 / 60)
     # The lifetime histogram would say something else: the window is what is shown.
-    assert histogram_quantile(0.5, scrape("scrape_2.txt").counters.histograms[ITL]) < 0.025
+    lifetime = histogram_quantile(0.5, scrape("scrape_2.txt").counters.histograms[ITL])
+    assert lifetime is not None and lifetime < 0.025
 
 
 def test_restart_is_a_reset_never_a_negative_rate() -> None:
@@ -119,7 +120,8 @@ def test_restart_is_a_reset_never_a_negative_rate() -> None:
     assert (d.tokens, d.num_drafts, d.per_pos) == (96, 40, [30, 18, 9])
     assert all(v >= 0 for v in (d.tokens, d.prompt_tokens, d.num_draft_tokens, d.num_accepted_tokens))
     assert all(count >= 0 for _, count in d.histograms[ITL])
-    assert w.rate("tokens") is not None and w.rate("tokens") >= 0
+    rate = w.rate("tokens")
+    assert rate is not None and rate >= 0
     # Same counters again: no second reset.
     w.add(2.0, s3.counters, s3.start_marker)
     assert w.resets == 1

@@ -212,7 +212,7 @@ def drive_json(source: Any, args: argparse.Namespace) -> int:
     """--prompt --json: the drive-mode events of one server as JSON lines, then exit."""
     import queue
 
-    from specdash.events import NewPrompt, NoticeEvent, ServerEvent, StatusEvent, Summary, to_dict
+    from specdash.events import CountersEvent, NewPrompt, NoticeEvent, ServerEvent, StatusEvent, Summary, to_dict
 
     events: queue.Queue[Any] = queue.Queue()
     source.start(events.put)
@@ -220,8 +220,8 @@ def drive_json(source: Any, args: argparse.Namespace) -> int:
     first_state: str | None = None
     while True:
         ev = events.get()
-        if isinstance(ev, ServerEvent):
-            continue  # the poll rows belong to --watch
+        if isinstance(ev, (ServerEvent, CountersEvent)):
+            continue  # the polls' rows and deltas belong to --watch
         if isinstance(ev, StatusEvent) and ev.state == "down" and first_state is None:
             print(f"specdash: error: {ev.message}", file=sys.stderr)
             return 2

@@ -13,6 +13,7 @@ connect timeout and nothing else.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +25,8 @@ from specdash.remote.backends import ITL, TTFT, SlotInfo, Snapshot, parse_slots,
 from specdash.remote.client import Client, RemoteError, model_query
 from specdash.remote.metrics import NotMetricsError, parse
 from specdash.remote.window import CounterWindow, Delta, acceptance_rate, mean_accepted_length
+
+log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL = 1.0
 DEFAULT_WINDOW = 10.0
@@ -319,8 +322,8 @@ class Poller:
                 break
             try:
                 self._on_result(result)
-            except Exception:  # a consumer's bug must not kill the poller  # noqa: BLE001
-                pass
+            except Exception:  # a consumer's bug must not kill the poller; it is logged
+                log.exception("poller %s: the result handler failed", self.watch.url)
             elapsed = time.monotonic() - started
             delay = max(self.interval - elapsed, self.interval * 0.25)
             self._wake.wait(delay)

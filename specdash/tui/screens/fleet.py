@@ -188,7 +188,8 @@ class FleetScreen(Screen[None]):
     def _sort(self) -> None:
         """Rows in the chosen order; unknown values ("–") stay last either way."""
         col = _BY_KEY[self.sort_key]
-        known, unknown = [], []
+        known: list[tuple[Any, str]] = []
+        unknown: list[tuple[Any, str]] = []
         for url, ev in self.servers.items():
             key = col.sort(ev)
             (unknown if isinstance(key, tuple) and key and key[0] == 1 else known).append((key, url))
