@@ -47,6 +47,8 @@ class UISettings:
     screenshots_dir: str = "~/specdash-screenshots"
     prompt: str | None = None
     prompt_file: str | None = None  # mutually exclusive with prompt
+    record_dir: str | None = None  # set: every dashboard session and run is recorded here
+    model_dirs: list[str] = field(default_factory=list)  # where `models scan` and `d` look for GGUFs
 
 
 @dataclass(slots=True)
@@ -65,6 +67,8 @@ UI_LIMITS: tuple[Limit, ...] = (
     Limit("ui", "refresh", float, 1.0, "seconds between telemetry polls / redraws", lo=0.1, hi=60,
           flag="refresh"),
     Limit("ui", "screenshots_dir", str, "~/specdash-screenshots", "where `s` saves screenshots"),
+    Limit("ui", "record_dir", str, None, "record every session here (JSON lines)", optional=True),
+    Limit("models", "model_dirs", list, [], "folders of GGUF files to scan for drafts"),
 )
 UI_LIMIT: dict[str, Limit] = {k.name: k for k in UI_LIMITS}
 _KEY_LIST: tuple[Limit, ...] = LIMITS + UI_LIMITS

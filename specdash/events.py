@@ -20,6 +20,7 @@ Events (`event` is the tag in JSON; every dict also carries `schema`):
     summary    one prompt's totals
     telemetry  one sample of per-core load, NUMA memory and the process footprint
     server     one remote server's state for the fleet table
+    replay     where a replay stands (position, speed); `rewind` starts the state over
 
 Time: `t` is seconds on the source's monotonic clock (time.perf_counter() here). Only
 differences mean anything; a recording's header gives the wall-clock start.
@@ -214,6 +215,12 @@ class TelemetryEvent:
     t: float = 0.0
     event: str = "telemetry"
 
+    @staticmethod
+    def of(snapshot: Any, dashboard_cpu: float | None = None) -> TelemetryEvent:
+        """From a telemetry.TelemetrySnapshot, stamped now."""
+        return TelemetryEvent(list(snapshot.core_loads), list(snapshot.numa_nodes), snapshot.process,
+                              snapshot.sample_seconds, dashboard_cpu=dashboard_cpu, t=now())
+
 
 @dataclass(slots=True)
 class ServerEvent:
@@ -248,9 +255,25 @@ class ServerEvent:
     event: str = "server"
 
 
+@dataclass(slots=True)
+class ReplayEvent:
+    """Where a replay stands. `rewind`: the consumer starts over from an empty state;
+    the events up to `position` follow at once."""
+
+    file: str
+    position: float  # seconds from the start of the recording
+    duration: float
+    speed: float
+    playing: bool
+    rewind: bool = False
+    problem: str = ""  # where and why the recording stops early, if it does
+    t: float = 0.0
+    event: str = "replay"
+
+
 Event = Union[
     SettingsEvent, StatusEvent, PromptEvent, PrefillEvent, StepEvent, CountersEvent,
-    NoticeEvent, Summary, TelemetryEvent, ServerEvent,
+    NoticeEvent, Summary, TelemetryEvent, ServerEvent, ReplayEvent,
 ]
 EVENT_TYPES: dict[str, type] = {
     cls.__dataclass_fields__["event"].default: cls
@@ -338,8 +361,12 @@ class Forget:
 
 @dataclass(frozen=True, slots=True)
 class NewPrompt:
+    """Generate for this prompt now (the one running stops). max_tokens: for this prompt
+    only (a sweep's short runs); None = the settings' max_tokens."""
+
     text_: str
     title: str = ""
+    max_tokens: int | None = None
 
     def text(self) -> str:
         return "prompt"
@@ -430,10 +457,22 @@ def _int(text: str) -> int:
 
 
 def to_dict(event: Any) -> dict[str, Any]:
-    """The event as JSON-ready data, with the schema version."""
-    d = dataclasses.asdict(event)
+    """The event as JSON-ready data, with the schema version. Floats keep 6 decimals:
+    microseconds for times, far below what anything here can measure, and a recording
+    a third smaller than with 17 digits."""
+    d: dict[str, Any] = _rounded(dataclasses.asdict(event))
     d["schema"] = SCHEMA
     return d
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
+    return value
 
 
 def from_dict(data: Any) -> Event:
@@ -511,7 +550,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
 __all__ = [
     "SCHEMA", "ContractError", "Event", "Command", "EVENT_TYPES", "COMMAND_NAMES",
     "SettingsEvent", "StatusEvent", "PromptEvent", "PrefillEvent", "StepEvent", "CountersEvent",
-    "NoticeEvent", "Summary", "TelemetryEvent", "ServerEvent", "NumaNode", "NumaStat", "ProcessStats",
+    "NoticeEvent", "Summary", "TelemetryEvent", "ServerEvent", "ReplayEvent", "NumaNode", "NumaStat", "ProcessStats",
     "SetK", "SetDrafter", "SetSampling", "SetAdaptive", "SetExperts", "Pause", "Resume", "Stop",
     "Forget", "NewPrompt", "Seek", "SetSpeed", "parse_command", "to_dict", "from_dict", "now",
 ]

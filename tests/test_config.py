@@ -83,7 +83,8 @@ def _all_set() -> Config:
             lookup_max_ngram=5,
             experts=2,
         ),
-        ui=UISettings(theme="nord", refresh=0.25, screenshots_dir="/tmp/shots", prompt='say "hi"\n'),
+        ui=UISettings(theme="nord", refresh=0.25, screenshots_dir="/tmp/shots", prompt='say "hi"\n',
+                      record_dir="~/recs", model_dirs=["~/models", "/srv/gguf"]),
     )
 
 

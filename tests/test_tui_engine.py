@@ -12,7 +12,7 @@ from specdash.engine.settings import EngineSettings
 from specdash.events import NoticeEvent, SettingsEvent, StepEvent
 from specdash.tui.app import DashboardOptions, SpecdashApp
 from specdash.tui.screens.draft_picker import DraftPicker
-from specdash.tui.widgets.charts import TimeChart
+from specdash.tui.widgets.plots import Plot
 from specdash.tui.widgets.generation import GenerationView
 from test_tui_support import FixedSampler, sync
 
@@ -93,7 +93,10 @@ async def test_plus_raises_k_in_the_following_steps_and_the_k_chart(tmp_path, sm
                     "three steps after the change")
         after = [e for e in recs[0].events[applied:] if isinstance(e, StepEvent)]
         assert {ev.k for ev in after} == {3}
-        await until(pilot, lambda: app.query_one("#k-chart", TimeChart).values[-1:] == [3.0], "K=3 in the chart")
+        await until(pilot, lambda: app.state.stats.timeline(60).k[-1:] == [3.0], "K=3 in the chart's data")
+        await until(pilot, lambda: app.query_one("#k-chart", Plot)._datasets
+                    and app.query_one("#k-chart", Plot)._datasets[0].y[-1] == 3.0, "K=3 drawn")
+        assert any(label == "K=3" for _, label in app.state.stats.markers)  # the hot-swap marker
         assert app.stats.settings.k == 3
         assert "K 3 fixed" in str(app.query_one("#status").render())
 

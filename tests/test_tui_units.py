@@ -15,7 +15,7 @@ from specdash.sources.base import Outbox
 from specdash.sources.embedded import EmbeddedSource, PromptQueue, ShutdownRequested, WorkItem
 from specdash.tui.live_stats import LiveStats
 from specdash.tui.themes import load_theme, load_themes, theme_dirs
-from specdash.tui.widgets.charts import _column_cells, nice_ceiling
+from specdash.tui.widgets.plots import nice_ceiling
 from specdash.tui.widgets.system import hbar
 
 
@@ -315,15 +315,6 @@ def test_user_theme_overrides_a_bundled_one(tmp_path):
 
 
 # --- chart geometry ------------------------------------------------------------------------
-
-def test_columns_fill_from_the_bottom_in_eighths():
-    assert _column_cells(1.0, 1.0, 3) == ["█", "█", "█"]
-    assert _column_cells(0.0, 1.0, 3) == [" ", " ", " "]
-    assert _column_cells(None, 1.0, 2) == [" ", " "]
-    assert _column_cells(0.5, 1.0, 2) == [" ", "█"]
-    assert _column_cells(0.25, 1.0, 2) == [" ", "▄"]
-    assert _column_cells(7.0, 5.0, 2) == ["█", "█"]  # clamped to the fixed axis
-
 
 def test_nice_ceiling_and_hbar():
     assert [nice_ceiling(v) for v in (0.7, 1.0, 3.1, 19.0, 41.0, 260.0)] == [1.0, 1.0, 5.0, 20.0, 50.0, 500.0]

@@ -4,10 +4,11 @@ several NUMA nodes, long text in a small panel."""
 from __future__ import annotations
 
 from textual.app import App, ComposeResult
+from textual_hires_canvas import Canvas
 
 from specdash.telemetry import read_numa_nodes
 from specdash.tui.themes import VARIABLE_DEFAULTS
-from specdash.tui.widgets.charts import PositionBars, TimeChart
+from specdash.tui.widgets.plots import Plot, Series
 from specdash.tui.widgets.generation import GenerationView
 from specdash.tui.widgets.system import CpuView, NumaView
 from test_tui_support import TWO_NODE, sync
@@ -70,25 +71,55 @@ async def test_a_machine_without_numa_sysfs_shows_its_memory(tmp_path):
     assert lines[0].startswith("mem ") and lines[0].rstrip().endswith("1.0G/2.0G")
 
 
-@sync
-async def test_time_chart_keeps_its_fixed_axis_and_draws_the_reference():
-    def feed(chart):
-        chart.set_data([0.5, 1.0, None, 0.0], 1.0, reference=0.5)
-
-    lines = await rendered(TimeChart(lambda v: f"{v:.1f}"), (10, 4), feed)
-    assert [line[:4] for line in lines] == ["1.0│", "   │", "   │", "0.0│"]
-    assert lines[0][4:] == "   █  "  # newest at the right: (padding), 0.5, 1.0, gap, 0.0
-    # 0.5 of a 4-row axis is the boundary between rows 1 and 2 from the top: the line is
-    # drawn on row 1, showing through wherever no bar covers it.
-    assert lines[1][4:] == "╌╌╌█╌╌"
-    assert not any("╌" in line for i, line in enumerate(lines) if i != 1)
+async def plotted(size, feed) -> tuple[Plot, list[str]]:
+    """The plot's data canvas, one string per row, after `feed(plot)`."""
+    plot = Plot()
+    app = Host(plot)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        feed(plot)
+        await pilot.pause()
+        canvas = plot.query_one("#plot", Canvas)
+        return plot, ["".join(row) for row in canvas._buffer]
 
 
 @sync
-async def test_position_bars_label_each_position():
-    lines = await rendered(PositionBars(), (17, 3), lambda w: w.set_rates([1.0, 0.5, 0.0]))
-    assert lines[-1].split() == ["1", "2", "3"]
-    assert lines[0].startswith("██ ") and lines[1].startswith("██ ██")
+async def test_plot_keeps_a_fixed_axis_whatever_the_data():
+    """Acceptance lives on 0..1: data at 0.2..0.3 must not be stretched to fill it."""
+    plot, rows = await plotted((40, 12), lambda p: p.show(
+        [Series((0.0, 10.0, 20.0), (0.2, 0.3, 0.25), "chart-line")], x_limits=(0.0, 20.0), y_limits=(0.0, 1.0)))
+    assert (plot._y_min, plot._y_max) == (0.0, 1.0)
+    inner = rows[1:-1]
+    drawn = [i for i, row in enumerate(inner) if row[1:-1].strip()]
+    # 0.2..0.3 of the height, from the bottom: only the lowest third of the rows
+    assert drawn and min(drawn) >= len(inner) * 0.6, rows
+
+
+@sync
+async def test_markers_draw_a_labelled_line_where_the_change_happened():
+    plot, rows = await plotted((60, 12), lambda p: p.show(
+        [Series((0.0, 60.0), (1.0, 1.0), "chart-line")], x_limits=(0.0, 60.0), y_limits=(0.0, 2.0),
+        markers=[(30.0, "K=8"), (31.0, "draft=lookup")]))
+    x, _ = plot.get_pixel_from_coordinate(30.0, 0)
+    assert rows[1][x:x + 4] == "│K=8"
+    # the second label would overlap the first: it moves down a row
+    x2, _ = plot.get_pixel_from_coordinate(31.0, 0)
+    assert rows[2][x2 + 1:x2 + 13] == "draft=lookup"
+    assert all(row[x] in "│K" for row in rows[1:-1] if row[x] != " ")
+
+
+@sync
+async def test_plot_redraws_only_when_its_data_changed():
+    def feed(plot):
+        data = [Series((0.0, 1.0), (0.5, 0.6), "chart-line")]
+        plot.show(data, y_limits=(0.0, 1.0))
+        first = plot._datasets
+        plot.show(data, y_limits=(0.0, 1.0))
+        assert plot._datasets is first  # same key: nothing cleared or rebuilt
+        plot.show([Series((0.0, 1.0), (0.5, 0.7), "chart-line")], y_limits=(0.0, 1.0))
+        assert plot._datasets is not first
+
+    await plotted((30, 8), feed)
 
 
 @sync

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 import os
 import sys
 from pathlib import Path
 
-from specdash.config import UI_LIMIT, UISettings
+from specdash.config import UI_LIMIT, Config, UISettings
 from specdash.commands.common import add_engine_arguments, add_prompt_arguments, limit_type, load_settings, read_prompt
 from specdash.engine.settings import EngineSettings
 from specdash.errors import SpecdashError
 from specdash.sources.embedded import Progress
+
+if TYPE_CHECKING:
+    from specdash.tui.app import SpecdashApp
 
 # Leading K=0 steps of every prompt: the plain-decoding reference on the tok/s chart,
 # measured on this machine with this target.
@@ -31,6 +35,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "0.1..60 (default 1); the text streams as it comes")
     g.add_argument("--screenshots", metavar="DIR",
                    help="folder for `s` screenshots (default ~/specdash-screenshots)")
+    g.add_argument("--window", type=parse_window, metavar="SPAN",
+                   help="time shown by the charts: 60s, 5m, 30m ... (default 60s); the charts "
+                   "sample every 0.5 s of decode time whatever the window")
+    g.add_argument("--record", metavar="FILE",
+                   help="record the session (every event, telemetry included) for `specdash replay`")
+    g.add_argument("--metrics-port", type=int, metavar="N",
+                   help="serve Prometheus metrics (vLLM names, specdash: prefix) on 127.0.0.1:N")
+
+
+def parse_window(text: str) -> float:
+    """`60s`, `5m`, `1h`, or plain seconds -> seconds (10 s .. 24 h)."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r}: use a span like 60s, 5m or 30m")
+    seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+    if not 10 <= seconds <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r}: the window must be 10s..24h")
+    return seconds
 
 
 def _prompt_from_config(ui: UISettings) -> str | None:
@@ -45,7 +69,36 @@ def _prompt_from_config(ui: UISettings) -> str | None:
     return None
 
 
+def attach_outputs(app: SpecdashApp, args: argparse.Namespace, record_dir: str | None) -> None:
+    """--record / record_dir and --metrics-port: listeners on the app's event path."""
+    record = getattr(args, "record", None)
+    if record or record_dir:
+        from specdash.recording import Recorder, recording_path
+
+        recorder = Recorder(record or recording_path(record_dir or "", "dashboard"), extra={"command": "dashboard"})
+        app.add_listener(recorder)
+        app.on_exit_callbacks.append(recorder.close)
+    port = getattr(args, "metrics_port", None)
+    if port is not None:
+        from specdash.metrics_exporter import MetricsExporter
+
+        exporter = MetricsExporter(port)
+        app.add_listener(exporter.feed)
+        app.on_exit_callbacks.append(exporter.close)
+
+
 def run(args: argparse.Namespace) -> int:
+    prompt = read_prompt(args)  # first: its own message for an empty prompt
+    config = load_settings(args)
+    if prompt is None:
+        prompt = _prompt_from_config(config.ui)
+    return launch(args, config, prompt)
+
+
+def launch(args: argparse.Namespace, config: Config, prompt: str | None,
+           sweep: tuple[tuple[int, ...], int, int] | None = None) -> int:
+    """The dashboard on the embedded engine; `sweep` = (Ks, rounds, tokens) opens the
+    sweep view on the first prompt (`specdash sweep`)."""
     from textual.theme import BUILTIN_THEMES
 
     from specdash.config import find_config_path
@@ -55,28 +108,31 @@ def run(args: argparse.Namespace) -> int:
     from specdash.tui.app import DashboardOptions, SpecdashApp
     from specdash.tui.themes import load_themes
 
-    prompt = read_prompt(args)  # first: its own message for an empty prompt
-    config = load_settings(args)
-    if prompt is None:
-        prompt = _prompt_from_config(config.ui)
+    theme = getattr(args, "theme", None) or config.ui.theme
     themes = {**BUILTIN_THEMES, **load_themes()}
-    if config.ui.theme not in themes:
-        raise SpecdashError(f"--theme {config.ui.theme}: unknown theme; available: {', '.join(sorted(themes))}")
+    if theme not in themes:
+        raise SpecdashError(f"--theme {theme}: unknown theme; available: {', '.join(sorted(themes))}")
     options = DashboardOptions(
         settings=config.engine,
         prompt=prompt,
         workload=[WorkItem(f"{p.name} ({p.kind})", p.text) for p in BUILTIN],
-        theme=config.ui.theme,
-        refresh=config.ui.refresh,
-        screenshots_dir=args.screenshots or config.ui.screenshots_dir,
+        theme=theme,
+        refresh=getattr(args, "refresh", None) or config.ui.refresh,
+        screenshots_dir=getattr(args, "screenshots", None) or config.ui.screenshots_dir,
         config_path=find_config_path(getattr(args, "config", None)),
+        window=getattr(args, "window", None) or 60.0,
     )
+    if sweep is not None:
+        options.sweep_ks, options.sweep_rounds, options.sweep_tokens = sweep
+        options.sweep_at_start = True
+
     def make_session(settings: EngineSettings, progress: Progress) -> Session:
         session = Session(settings, progress=progress)
         session.engine.calibrate_steps = CALIBRATE_STEPS
         return session
 
     app = SpecdashApp(options, session_factory=make_session)
+    attach_outputs(app, args, config.ui.record_dir)
     # The engine thread needs the GIL for a moment after every llama_decode; while the UI
     # thread renders a frame it would wait up to the default 5 ms switch interval, with
     # the CPU cores idle. 0.5 ms makes that wait negligible (a frame costs ~20 ms).

@@ -1,28 +1,40 @@
-"""`specdash run`: the engine headless. Text to stdout (summary on stderr), or JSON lines."""
+"""`specdash run`: the engine headless. Text to stdout (summary on stderr), or the event
+stream as JSON lines; optionally recorded, scripted and exported as Prometheus metrics."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Callable
 
+from specdash import events as E
 from specdash.commands.common import add_engine_arguments, add_prompt_arguments, load_settings, read_prompt, stderr_progress
 from specdash.events import StepEvent, Summary, to_dict
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "run",
         help="generate headless (text, or JSON lines with --json)",
         description="Run the speculative engine on one prompt without the dashboard. "
         "Without --json the text streams to stdout and a one-line summary goes to stderr; "
-        "with --json every step is a JSON object on its own line, then a summary object.",
+        "with --json every event is a JSON object on its own line (specdash/events.py).",
+        epilog="Schedules: lines of `STEP: COMMAND ...`, e.g. `10: k=8` or `25: draft=suffix pause=2s`; "
+        f"commands: {E.SCHEDULE_SYNTAX}. Commands are sent after step STEP and apply before the next.",
     )
     add_engine_arguments(p)
     add_prompt_arguments(p, required=True)
     p.add_argument("--json", action="store_true",
                    help="emit the event stream as JSON lines (specdash/events.py, schema field in every "
                    "line): settings, prefill, one step per line, notices, then the summary")
+    p.add_argument("--schedule", metavar="FILE", help="apply commands at given steps (see below)")
+    p.add_argument("--at", action="append", default=[], metavar="STEP:COMMAND",
+                   help="apply COMMAND after step STEP, e.g. --at 10:k=8 (repeatable)")
+    p.add_argument("--record", metavar="FILE", help="write the whole event stream to FILE (JSON lines "
+                   "with a header: models, machine) for `specdash replay`")
+    p.add_argument("--metrics-port", type=int, metavar="N",
+                   help="serve Prometheus metrics (vLLM names, specdash: prefix) on 127.0.0.1:N while running")
     p.set_defaults(func=run)
 
 
@@ -37,22 +49,62 @@ def summary_line(s: Summary) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specdash.schedule import Schedule, load_schedule, parse_at
     from specdash.session import Session
 
     prompt = read_prompt(args)  # first: its own message for an empty prompt
     assert prompt is not None  # --prompt or --prompt-file is required
     config = load_settings(args)
+    entries = (load_schedule(args.schedule) if args.schedule else []) + parse_at(args.at)
+    sinks: list[Callable[[E.Event], None]] = [_printer(args.json)]
+    closers: list[Callable[[], None]] = []
+    if args.record or config.ui.record_dir:
+        from specdash.recording import Recorder, recording_path
+
+        recorder = Recorder(args.record or recording_path(config.ui.record_dir or "", "run"),
+                            extra={"command": "run", "prompt": prompt})
+        from specdash.recording import sample_telemetry
+
+        sinks.append(recorder)
+        closers.append(sample_telemetry(recorder))  # the machine's load, 1/s, for the replay's panels
+        closers.append(recorder.close)
+        closers.append(lambda: print(f"recorded {recorder.lines} lines to {recorder.path}", file=sys.stderr))
+    if args.metrics_port is not None:
+        from specdash.metrics_exporter import MetricsExporter
+
+        exporter = MetricsExporter(args.metrics_port)
+        sinks.append(exporter.feed)
+        closers.append(exporter.close)
+        print(f"metrics on {exporter.url}", file=sys.stderr)
     session = Session(config.engine, progress=stderr_progress())
+    schedule = Schedule(entries, session.send)
     try:
         for ev in session.run(prompt):
-            if args.json:
-                print(json.dumps(to_dict(ev), ensure_ascii=False), flush=isinstance(ev, Summary))
-            elif isinstance(ev, StepEvent):
-                sys.stdout.write(ev.text)
-                sys.stdout.flush()
-            elif isinstance(ev, Summary):
-                sys.stdout.write("\n")
-                print(summary_line(ev), file=sys.stderr)
+            for sink in sinks:
+                sink(ev)
+            if isinstance(ev, StepEvent):
+                schedule.after_step(ev.step)
     finally:
         session.close()
+        for close in closers:
+            close()
+    if schedule.left:
+        steps = ", ".join(f"{e.where}" for e in schedule.left)
+        print(f"specdash: note: the run ended before these scheduled steps: {steps}", file=sys.stderr)
     return 0
+
+
+def _printer(as_json: bool) -> Callable[[E.Event], None]:
+    def show(ev: E.Event) -> None:
+        if as_json:
+            print(json.dumps(to_dict(ev), ensure_ascii=False), flush=isinstance(ev, Summary))
+        elif isinstance(ev, StepEvent):
+            sys.stdout.write(ev.text)
+            sys.stdout.flush()
+        elif isinstance(ev, Summary):
+            sys.stdout.write("\n")
+            print(summary_line(ev), file=sys.stderr)
+        elif isinstance(ev, E.NoticeEvent) and ev.level != "info":
+            print(f"specdash: {ev.level}: {ev.message}", file=sys.stderr)
+
+    return show

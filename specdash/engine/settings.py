@@ -41,6 +41,8 @@ class Limit:
         """Completes "must be ..."."""
         if self.kind is bool:
             return "true or false"
+        if self.kind is list:
+            return "a list of folder paths, e.g. [\"~/models\"]"
         if self.kind is str:
             return "a non-empty string"
         if self.kind is int:
@@ -57,6 +59,10 @@ class Limit:
         if value is None and self.optional:
             return None
         v: Any = value
+        if self.kind is list:  # a list of non-empty strings (folders)
+            if not isinstance(v, list) or not all(isinstance(x, str) and x.strip() for x in v):
+                raise ValueError(self.name)
+            return list(v)
         # bool is an int subclass: `k = true` must not pass as k = 1.
         if isinstance(v, bool) != (self.kind is bool):
             raise ValueError(self.name)

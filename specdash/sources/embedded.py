@@ -47,6 +47,7 @@ class WorkItem:
 
     title: str
     text: str
+    max_tokens: int | None = None  # None: the settings' max_tokens
 
 
 class ShutdownRequested(BaseException):
@@ -132,7 +133,8 @@ class EmbeddedSource:
         """Forward a command to the engine; before the session exists, hold it. A new
         prompt is the source's business, not the engine's."""
         if isinstance(cmd, E.NewPrompt):
-            self.new_prompt(WorkItem(cmd.title or cmd.text_.strip().splitlines()[0][:50], cmd.text_))
+            title = cmd.title or cmd.text_.strip().splitlines()[0][:50]
+            self.new_prompt(WorkItem(title, cmd.text_, cmd.max_tokens))
             return
         with self._lock:
             if self.session is None:
@@ -210,7 +212,7 @@ class EmbeddedSource:
             self._emit(E.PromptEvent(item.title, item.text, t=E.now()))
             with self._lock:
                 self._running = True
-            events = session.run(item.text)  # max_tokens: the session's settings
+            events = session.run(item.text, item.max_tokens)
             try:
                 for ev in events:
                     if isinstance(ev, E.SettingsEvent):

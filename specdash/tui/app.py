@@ -23,6 +23,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from textual import events
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Container, Grid
@@ -39,7 +40,7 @@ from specdash.events import Event, NoticeEvent, StatusEvent, StepEvent
 from specdash.sources.base import Outbox, Source
 from specdash.sources.embedded import EmbeddedSource, PromptQueue, SessionFactory, WorkItem
 from specdash.telemetry import Hint
-from specdash.tui.controls import CONTROLS, footer_state, why_unavailable
+from specdash.tui.controls import BY_ACTION, CONTROLS, footer_state, why_unavailable
 from specdash.tui.panels import (
     AcceptancePanel,
     CpuPanel,
@@ -52,7 +53,10 @@ from specdash.tui.panels import (
 from specdash.tui.live_stats import LiveStats
 from specdash.tui.reducer import DashState
 from specdash.tui.screens.ask import AskScreen
+from specdash.sweep import Sweep
 from specdash.tui.screens.draft_picker import DraftPicker, draft_choices
+from specdash.tui.screens.export import ExportScreen
+from specdash.tui.screens.sweep import SweepScreen
 from specdash.tui.screens.help import HelpScreen
 from specdash.tui.status import StatusLine, short
 from specdash.tui.themes import VARIABLE_DEFAULTS, load_themes
@@ -82,6 +86,11 @@ class DashboardOptions:
     refresh: float = 1.0
     screenshots_dir: str = "~/specdash-screenshots"
     config_path: Path | None = None  # where `w` offers to write
+    window: float = 60.0  # seconds of decode time the time charts show
+    sweep_ks: tuple[int, ...] = (0, 2, 4, 8, 12, 16, 24)
+    sweep_rounds: int = 2
+    sweep_tokens: int = 96
+    sweep_at_start: bool = False  # `specdash sweep`: open the sweep view on the first prompt
 
 
 def counters_dict(c: SpecCounters) -> dict[str, Any]:
@@ -107,10 +116,18 @@ class SpecdashApp(App[int]):
         Binding("minus", "k_down", "K down", key_display="-", id="k.down", group=_K_KEYS),
         Binding("d", "pick_draft", "draft", id="draft.pick"),
         Binding("t", "set_temperature", "temp", id="sampling.temperature"),
-        Binding("space", "toggle_pause", "pause", key_display="spc", id="engine.pause"),
-        Binding("n", "new_prompt", "prompt", id="prompt.new"),
+        Binding("space", "toggle_pause", "pause", key_display="␣", id="engine.pause"),
+        Binding("n", "new_prompt", "new", id="prompt.new"),
         Binding("a", "toggle_adaptive", "adapt", id="k.adaptive"),
         Binding("e", "set_experts", "experts", id="target.experts"),
+        Binding("left_square_bracket", "slower", "slower", key_display="[", id="replay.slower"),
+        Binding("right_square_bracket", "faster", "faster", key_display="]", id="replay.faster"),
+        Binding("left", "seek_back", "-10s", key_display="←", id="replay.back"),
+        Binding("right", "seek_forward", "+10s", key_display="→", id="replay.forward"),
+        Binding("home", "seek_start", "start", show=False, id="replay.start"),
+        Binding("end", "seek_end", "end", show=False, id="replay.end"),
+        Binding("k", "sweep", "sweep", id="k.sweep"),
+        Binding("x", "export", "export", show=False, id="config.export"),
         Binding("s", "screenshot", "shot", id="app.screenshot"),
         # In the help screen and the palette; the footer has no room left at 80 columns.
         Binding("w", "write_config", "save", id="config.write", show=False),
@@ -167,7 +184,7 @@ class SpecdashApp(App[int]):
         self._cpu_meter = cpu_meter or (lambda: None)
         self._hints = hints
         self._flush_interval = flush_interval
-        self.state = DashState()
+        self.state = DashState(window=options.window)
         self.source: Source | None = None
         self._outbox: Outbox | None = None
         self._k_request: int | None = None  # K asked for, until a SettingsEvent confirms
@@ -176,6 +193,8 @@ class SpecdashApp(App[int]):
         self._bindings_key: tuple[object, ...] | None = None
         self._panels_events = -1
         self._listeners: list[Callable[[Event], None]] = []  # recorders, exporters
+        self.sweep: Sweep | None = None  # the K sweep in progress or on screen
+        self.on_exit_callbacks: list[Callable[[], None]] = []  # close them when the app ends
         for theme in load_themes().values():
             self.register_theme(theme)
 
@@ -301,6 +320,11 @@ class SpecdashApp(App[int]):
             self.state.feed(ev)
             for listener in self._listeners:
                 listener(ev)
+            if self.sweep is not None and not self.sweep.finished:
+                self._drive_sweep(ev)
+            elif self.options.sweep_at_start and isinstance(ev, E.PromptEvent):
+                self.options.sweep_at_start = False
+                self.call_later(self.action_sweep)
             match ev:
                 case StepEvent() | E.CountersEvent() | E.TelemetryEvent():
                     continue
@@ -336,11 +360,7 @@ class SpecdashApp(App[int]):
             return
         try:
             if self._local_telemetry and self._sampler is not None:
-                snap = self._sampler.sample()
-                self._ingest([E.TelemetryEvent(
-                    list(snap.core_loads), list(snap.numa_nodes), snap.process, snap.sample_seconds,
-                    dashboard_cpu=self._cpu_meter(), t=E.now(),
-                )])
+                self._ingest([E.TelemetryEvent.of(self._sampler.sample(), self._cpu_meter())])
             # Also catches a step flushed just before the source went quiet (a slow
             # drafter swap) that would otherwise wait for the next ping.
             self._drain()
@@ -359,11 +379,32 @@ class SpecdashApp(App[int]):
             self._bindings_key = key
             self.refresh_bindings()
 
+    def _sweeping(self) -> bool:
+        return self.sweep is not None and not self.sweep.finished
+
     def why_unavailable(self, action: str) -> str:
+        control = BY_ACTION.get(action)
+        if self._sweeping() and control is not None and control.command is not None:
+            return "a K sweep drives the engine now: Esc in the sweep view cancels it"
         return why_unavailable(action, self.state)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        control = BY_ACTION.get(action)
+        if isinstance(self.screen, SweepScreen) and control is not None and control.command is not None:
+            return False  # the sweep view owns the engine; its own keys are in its footer
         return footer_state(action, self.state)
+
+    def on_key(self, event: events.Key) -> None:
+        """A key whose control the footer hides (the source cannot do it: K on a recording,
+        experts on a dense model) reaches here instead of its action: say why."""
+        for binding in self.BINDINGS:
+            assert isinstance(binding, Binding)
+            if event.key in binding.key.split(","):
+                reason = self.why_unavailable(binding.action)
+                if reason and self.check_action(binding.action, ()) is False:
+                    self.notify(reason, severity="warning", timeout=4)
+                    event.stop()
+                return
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         for command in super().get_system_commands(screen):
@@ -461,8 +502,41 @@ class SpecdashApp(App[int]):
     def action_toggle_pause(self) -> None:
         if self._refused("toggle_pause"):
             return
+        if self.state.replay is not None:
+            self._send(E.Pause() if self.state.replay.playing else E.Resume())
+            return
         st = self.state.settings
         self._send(E.Resume() if st and st.paused else E.Pause())
+
+    # --- replay ---------------------------------------------------------------------------
+    def _replay(self, action: str, cmd: E.Command) -> None:
+        if not self._refused(action):
+            self._send(cmd)
+
+    def _speed_step(self, direction: int) -> float:
+        from specdash.sources.replay import SPEEDS
+
+        now = self.state.replay.speed if self.state.replay else 1.0
+        i = min(range(len(SPEEDS)), key=lambda j: abs(SPEEDS[j] - now))
+        return SPEEDS[min(max(i + direction, 0), len(SPEEDS) - 1)]
+
+    def action_slower(self) -> None:
+        self._replay("slower", E.SetSpeed(self._speed_step(-1)))
+
+    def action_faster(self) -> None:
+        self._replay("faster", E.SetSpeed(self._speed_step(+1)))
+
+    def action_seek_back(self) -> None:
+        self._replay("seek_back", E.Seek(by=-10.0))
+
+    def action_seek_forward(self) -> None:
+        self._replay("seek_forward", E.Seek(by=10.0))
+
+    def action_seek_start(self) -> None:
+        self._replay("seek_start", E.Seek(to=0.0))
+
+    def action_seek_end(self) -> None:
+        self._replay("seek_end", E.Seek())
 
     def action_toggle_adaptive(self) -> None:
         if self._refused("toggle_adaptive"):
@@ -521,7 +595,7 @@ class SpecdashApp(App[int]):
         from specdash.config import settings_from_event
 
         st = self.state.settings
-        if st is None or st.source != "engine":
+        if st is None or st.source not in ("engine", "replay"):
             return self.options.settings
         return settings_from_event(st, self.options.settings)
 
@@ -536,6 +610,84 @@ class SpecdashApp(App[int]):
         if self._typed:
             queue.push(self._typed)
         self._restart_with(queue)
+
+    # --- K sweep --------------------------------------------------------------------------
+    def action_sweep(self) -> None:
+        if self._refused("sweep"):
+            return
+        st = self.state.settings
+        assert st is not None
+        o = self.options
+        sweep = Sweep(self.state.prompt_text, st, ks=o.sweep_ks, rounds=o.sweep_rounds,
+                      max_tokens=min(o.sweep_tokens, st.max_tokens or o.sweep_tokens), title=self.state.prompt_title)
+        why = sweep.why_not() or ("" if self.state.prompt_text else "no prompt is running yet")
+        if why:
+            self.notify(why, severity="warning", timeout=6)
+            return
+        self.sweep = sweep
+        self.push_screen(SweepScreen(sweep))
+        for cmd in sweep.start():
+            self._send(cmd)
+
+    def _drive_sweep(self, ev: Event) -> None:
+        assert self.sweep is not None
+        cmds = self.sweep.feed(ev)
+        for cmd in cmds:
+            self._send(cmd)
+        if isinstance(ev, E.Summary) or self.sweep.finished:
+            screen = self.screen
+            if isinstance(screen, SweepScreen):
+                screen.refresh_view()
+            if self.sweep.finished and self.sweep.best is not None:
+                best = self.sweep.best
+                self.notify(f"best K={best.k}: {best.tokens_per_s:.1f} tok/s; a applies it, w saves it",
+                            title="Sweep done", timeout=8)
+
+    def leave_sweep(self) -> None:
+        """Esc in the sweep view: cancel a sweep in progress (settings restored), close."""
+        if self.sweep is not None:
+            for cmd in self.sweep.cancel():
+                self._send(cmd)
+        if isinstance(self.screen, SweepScreen):
+            self.pop_screen()
+
+    def apply_sweep(self) -> None:
+        best = self.sweep.best if self.sweep else None
+        if best is None or not self.sweep or not self.sweep.finished:
+            self.notify("the sweep has not finished yet", severity="warning")
+            return
+        if self.sweep.before.adaptive:
+            self._send(E.SetAdaptive(False))
+        self._send(E.SetK(best.k))
+        self.notify(f"K={best.k} sent", timeout=3)
+
+    def save_sweep(self) -> None:
+        best = self.sweep.best if self.sweep else None
+        if best is None or not self.sweep or not self.sweep.finished:
+            self.notify("the sweep has not finished yet", severity="warning")
+            return
+        from specdash.config import settings_from_event
+
+        engine = settings_from_event(self.sweep.before, self.options.settings).replace(k=best.k, adaptive=False)
+        self._ask_and_write(engine)
+
+    # --- export -----------------------------------------------------------------------------
+    def action_export(self) -> None:
+        if self._refused("export"):
+            return
+        from specdash.export import command_line, preset_section
+
+        st = self.state.settings
+        assert st is not None
+        k = self.state.k_in_force() if st.adaptive else None
+        try:
+            command, preset = command_line(st, k=k), preset_section(st, k=k)
+        except SpecdashError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.push_screen(ExportScreen(command, preset, Path(self.options.screenshots_dir).expanduser(),
+                                      f"llama-server-{stamp}"))
 
     def action_help(self) -> None:
         controls = [(c.key, c.description, self.why_unavailable(c.action)) for c in CONTROLS]
@@ -567,6 +719,9 @@ class SpecdashApp(App[int]):
             "svg": str(svg),
             "time": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "source": {"kind": state.source, "label": self.source.label if self.source else ""},
+            "replay": {"file": state.replay.file, "offset_s": round(state.replay.position, 3),
+                       "duration_s": round(state.replay.duration, 3), "speed": state.replay.speed}
+            if state.replay else None,
             "engine_state": state.state,
             "prompt": {"title": state.prompt_title, "text": state.prompt_text},
             "settings": E.to_dict(state.settings) if state.settings else None,
@@ -588,6 +743,9 @@ class SpecdashApp(App[int]):
     def action_write_config(self) -> None:
         if self._refused("write_config"):
             return
+        self._ask_and_write(self._last_good_settings())
+
+    def _ask_and_write(self, engine: EngineSettings) -> None:
         from specdash.config import Config, UISettings, save_config
 
         default = self.options.config_path or Path(
@@ -602,7 +760,7 @@ class SpecdashApp(App[int]):
                 return
             ui = UISettings(theme=self.theme, refresh=self.options.refresh, screenshots_dir=self.options.screenshots_dir)
             try:
-                path = save_config(Config(engine=self._last_good_settings(), ui=ui), text.strip())
+                path = save_config(Config(engine=engine, ui=ui), text.strip())
             except SpecdashError as exc:
                 self.notify(str(exc), severity="error")
                 return
@@ -626,3 +784,6 @@ class SpecdashApp(App[int]):
         self._quitting = True
         if self.source is not None:
             self.source.close()
+        callbacks, self.on_exit_callbacks = self.on_exit_callbacks, []
+        for callback in callbacks:
+            callback()

@@ -31,6 +31,15 @@ CONTROLS: tuple[Control, ...] = (
     Control("new_prompt", "n", "type a new prompt (replaces the one running)", "prompt", needs_source=False),
     Control("toggle_adaptive", "a", "adaptive K on/off: the engine picks K (and K=0) from measured costs", "adaptive"),
     Control("set_experts", "e", "MoE target: number of active experts (reloads the target)", "experts"),
+    Control("slower", "[", "replay: slower (down to 0.5x)", "speed"),
+    Control("faster", "]", "replay: faster (up to 16x)", "speed"),
+    Control("seek_back", "←", "replay: back 10 s", "seek"),
+    Control("seek_forward", "→", "replay: forward 10 s", "seek"),
+    Control("seek_start", "home", "replay: to the start", "seek"),
+    Control("seek_end", "end", "replay: to the end", "seek"),
+    Control("sweep", "k", "K sweep: plain and each K on this prompt, plotted; apply or save the best", "sweep"),
+    Control("export", "x", "the settings as a llama-server command line and router preset", "export",
+            needs_source=False),
     Control("screenshot", "s", "save an SVG screenshot and a JSON file of settings and stats", needs_source=False),
     Control("write_config", "w", "write the live settings to a TOML config (load it with --config)",
             needs_source=False),
@@ -49,8 +58,12 @@ def why_unavailable(action: str, state: DashState) -> str:
     st = state.settings
     if action == "restart":
         return "" if state.state == "error" else "the engine is running"
-    if action == "write_config" and st is None:
+    if action in ("write_config", "export") and st is None:
         return "no settings reported yet"
+    if action == "export" and st is not None and not st.target_path:
+        return "this source does not report its model files"
+    if action == "sweep" and st is not None and st.source != "engine":
+        return "a sweep reruns the prompt: it needs the embedded engine"
     if control.needs_source and not state.alive:
         return {"loading": "the engine is loading", "down": "the server is down"}.get(
             state.state, "the engine is not running")
@@ -73,8 +86,11 @@ def footer_state(action: str, state: DashState) -> bool | None:
     if control.needs_source and state.state == "error":
         return False
     st = state.settings
-    if action == "set_experts" and (st is None or "experts" in st.unavailable):
-        return False  # dense (or not yet known): the help screen says why
+    if control.command is not None and (st is None or control.command in st.unavailable):
+        # What this source cannot do at all (K on a recording, experts on a dense model,
+        # seeking a live engine) leaves the footer; the help screen says why.
+        if control.command in ("experts", "seek", "speed") or st is not None:
+            return False
     if control.needs_source and not state.alive:
         return None  # dimmed while loading
     return True  # other refusals (K under adaptive) are explained when pressed

@@ -12,7 +12,7 @@ pause does not draw a flat line and a reload does not look like a slow step.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from specdash.engine.stats import SpecCounters
 from specdash.events import CountersEvent, Event, PrefillEvent, SettingsEvent, StepEvent, Summary
@@ -32,7 +32,7 @@ class Bin:
     drafted: int = 0
     accepted: int = 0
     k: int = 0  # K of the bin's last step
-    markers: list[str] = field(default_factory=list)  # hot-swaps that happened in this bin
+    t_end: float = 0.0  # decode time (seconds since the session's first step) when it closed
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -41,6 +41,17 @@ class Bin:
     @property
     def acceptance(self) -> float | None:
         return self.accepted / self.drafted if self.drafted else None
+
+
+@dataclass(slots=True)
+class Timeline:
+    xs: list[float]  # decode time at each bin's end
+    acceptance: list[float | None]
+    tokens_per_s: list[float | None]
+    k: list[float]
+    markers: list[tuple[float, str]]
+    x_min: float
+    x_max: float
 
 
 class LiveStats:
@@ -68,7 +79,9 @@ class LiveStats:
         self.last_summary: Summary | None = None
         self.last_prefill: PrefillEvent | None = None
         self.drafter = ""  # the configured drafter (settings), not the per-step source
-        self._pending_markers: list[str] = []  # hot-swaps waiting for the next bin with data
+        self.decode_time = 0.0  # seconds of decode time so far: the time charts' x axis
+        # Hot-swaps, (decode time, short label): vertical markers on the time charts.
+        self.markers: deque[tuple[float, str]] = deque(maxlen=200)
 
     # --- feeding ---------------------------------------------------------------------
     def feed(self, ev: Event) -> None:
@@ -99,11 +112,12 @@ class LiveStats:
             before, after = getattr(old, name), getattr(new, name)
             if before != after:
                 if name == "adaptive":
-                    self._pending_markers.append(f"adaptive {'on' if after else 'off'}")
+                    text = f"adaptive {'on' if after else 'off'}"
                 elif name == "draft":
-                    self._pending_markers.append(f"{new.drafter}")
+                    text = new.drafter
                 else:
-                    self._pending_markers.append(f"{label}={after:g}" if isinstance(after, float) else f"{label}={after}")
+                    text = f"{label}={after:g}" if isinstance(after, float) else f"{label}={after}"
+                self.markers.append((self.decode_time, text))
 
     def _counters(self, ev: CountersEvent) -> None:
         """A remote source's poll: one bin's worth of steps at once."""
@@ -138,10 +152,8 @@ class LiveStats:
         self._recent_dt_sum += dt
         while len(self._recent_dt) > 1 and self._recent_dt_sum - self._recent_dt[0][0] >= self.rate_window_s:
             self._recent_dt_sum -= self._recent_dt.popleft()[0]
+        self.decode_time += dt
         b = self._open
-        if self._pending_markers:
-            b.markers.extend(self._pending_markers)
-            self._pending_markers.clear()
         b.seconds += dt
         b.tokens += tokens
         b.steps += steps
@@ -149,6 +161,7 @@ class LiveStats:
         b.accepted += accepted
         b.k = k
         if b.seconds >= self.bin_seconds:
+            b.t_end = self.decode_time
             self.bins.append(b)
             self._open = Bin()
 
@@ -189,6 +202,26 @@ class LiveStats:
         CPU share down at the cost of at most `bin_seconds` of lag."""
         bins = list(self.bins)
         return bins[-n:] if n > 0 else []
+
+    def timeline(self, window: float) -> Timeline:
+        """The time charts' data over the last `window` seconds of decode time: per
+        completed bin its end time, acceptance and tok/s (smoothed like smoothed()) and
+        K; plus the hot-swap markers inside the window."""
+        start = self.decode_time - window
+        span = max(round(self.rate_window_s / self.bin_seconds), 1)
+        bins = list(self.bins)
+        first = next((i for i, b in enumerate(bins) if b.t_end >= start), len(bins))
+        xs, acc, tps, ks = [], [], [], []
+        for i in range(first, len(bins)):
+            window_bins = bins[max(i - span + 1, 0): i + 1]
+            drafted = sum(b.drafted for b in window_bins)
+            seconds = sum(b.seconds for b in window_bins)
+            xs.append(bins[i].t_end)
+            acc.append(sum(b.accepted for b in window_bins) / drafted if drafted else None)
+            tps.append(sum(b.tokens for b in window_bins) / seconds if seconds > 0 else None)
+            ks.append(float(bins[i].k))
+        markers = [(t, label) for t, label in self.markers if t >= start]
+        return Timeline(xs, acc, tps, ks, markers, max(start, 0.0), max(self.decode_time, window))
 
     def smoothed(self, n: int) -> list[tuple[float | None, float | None]]:
         """(acceptance, tok/s) for the last `n` bins, each over the trailing

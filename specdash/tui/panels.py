@@ -8,20 +8,9 @@ from textual.app import ComposeResult
 from textual.containers import Container
 
 from specdash.tui.reducer import DashState
-from specdash.tui.widgets.charts import PositionBars, TimeChart, nice_ceiling
+from specdash.tui.widgets.plots import Plot, Series, nice_ceiling
 from specdash.tui.widgets.generation import GenerationView
 from specdash.tui.widgets.system import CpuView, NumaView, human_bytes
-
-CHART_HISTORY = 400  # columns kept for the time charts: wider than any terminal
-
-
-def _fmt_rate(v: float) -> str:
-    return f"{v:.1f}"
-
-
-def _fmt_int(v: float) -> str:
-    return f"{v:.0f}"
-
 
 def _speed_axis_top(shown: list[float]) -> float:
     return nice_ceiling(max(shown, default=1.0) * 1.05)
@@ -30,6 +19,13 @@ def _speed_axis_top(shown: list[float]) -> float:
 def _k_axis_top(shown: list[float]) -> float:
     # At least 0..8, in steps of 4: K=4 sits mid-height and a change of one shows.
     return float(-(-max(shown + [8.0]) // 4) * 4)
+
+
+SECONDS = "{:g}s"  # the time charts' x axis: seconds of decode time
+
+# Why a source's CPU and memory panels stay empty.
+NO_TELEMETRY = {"remote": "no telemetry from a remote server",
+                "replay": "no telemetry in this recording"}
 
 
 class Panel(Container):
@@ -54,15 +50,14 @@ class GenerationPanel(Panel):
 
     def on_mount(self) -> None:
         self.view = self.query_one(GenerationView)
-        self._prompt: tuple[str, str] | None = None
+        self._prompt = -1  # the state's prompt_serial last shown
         self._shown = 0  # pieces of the current prompt already in the view
         self._note: tuple[str, str] | None = None
 
     def show_text(self, state: DashState) -> None:
         """Stream what is new: called on every drain, so text never waits for a redraw."""
-        prompt = (state.prompt_title, state.prompt_text)
-        if prompt != self._prompt or len(state.pieces) < self._shown:
-            self._prompt, self._shown = prompt, 0
+        if state.prompt_serial != self._prompt or len(state.pieces) < self._shown:
+            self._prompt, self._shown = state.prompt_serial, 0
             self.view.clear()
         if len(state.pieces) > self._shown:
             new = state.pieces[self._shown:]
@@ -96,18 +91,39 @@ class GenerationPanel(Panel):
         )
 
 
+def _points(xs: list[float], ys: list[float | None]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    pairs = [(x, y) for x, y in zip(xs, ys) if y is not None]
+    return tuple(x for x, _ in pairs), tuple(y for _, y in pairs)
+
+
+def _ticks(lo: float, hi: float) -> list[float]:
+    return [lo, (lo + hi) / 2, hi]
+
+
 class AcceptancePanel(Panel):
-    DEFAULT_CSS = "AcceptancePanel { layout: horizontal; }"
+    DEFAULT_CSS = """
+    AcceptancePanel { layout: horizontal; }
+    AcceptancePanel #pos-plot { width: 14; }
+    Screen.-wide.-tall AcceptancePanel #pos-plot { width: 40; }
+    """
 
     def compose(self) -> ComposeResult:
-        yield TimeChart(_fmt_rate, id="acc-chart")
-        yield PositionBars(id="pos-bars")
+        yield Plot(id="acc-chart", y_format="{:.1f}", x_format=SECONDS)
+        yield Plot(id="pos-plot", y_format="{:.1f}")
 
     def show(self, state: DashState) -> None:
         recent = state.stats.recent_counters()
-        history = state.stats.smoothed(CHART_HISTORY)
-        self.query_one("#acc-chart", TimeChart).set_data([a for a, _ in history], 1.0)
-        self.query_one(PositionBars).set_rates(recent.per_pos_rate)
+        line = state.stats.timeline(state.window)
+        xs, ys = _points(line.xs, line.acceptance)
+        self.query_one("#acc-chart", Plot).show(
+            [Series(xs, ys, "chart-line")], x_limits=(line.x_min, line.x_max), y_limits=(0.0, 1.0),
+            y_ticks=[0.0, 0.5, 1.0], markers=line.markers)
+        rates = recent.per_pos_rate
+        positions = tuple(float(i + 1) for i in range(len(rates)))
+        self.query_one("#pos-plot", Plot).show(
+            [Series(positions, tuple(rates), "chart-line", kind="bars")] if rates else [],
+            x_limits=(0.4, max(len(rates), 1) + 0.6), y_limits=(0.0, 1.0), y_ticks=[0.0, 0.5, 1.0],
+            x_ticks=[float(p) for p in range(1, len(rates) + 1, max(1, (len(rates) + 5) // 6))])
         acc = recent.acceptance_rate
         self.titles(
             f"Acceptance {acc:.0%} · mean len {recent.mean_accepted_length:.2f}" if acc is not None
@@ -118,13 +134,20 @@ class AcceptancePanel(Panel):
 
 class ThroughputPanel(Panel):
     def compose(self) -> ComposeResult:
-        yield TimeChart(_fmt_int, id="tps-chart")
+        yield Plot(id="tps-chart", y_format="{:.0f}", x_format=SECONDS)
 
     def show(self, state: DashState) -> None:
         st = state.stats
-        history = st.smoothed(CHART_HISTORY)
-        self.query_one(TimeChart).set_data([v for _, v in history], _speed_axis_top, st.plain_tokens_per_s)
-        tps, plain = st.tokens_per_s, st.plain_tokens_per_s
+        line = st.timeline(state.window)
+        xs, ys = _points(line.xs, line.tokens_per_s)
+        plain = st.plain_tokens_per_s
+        top = _speed_axis_top(list(ys) + ([plain] if plain else []))
+        series = [Series(xs, ys, "chart-line")]
+        if plain is not None:
+            series.append(Series((line.x_min, line.x_max), (plain, plain), "chart-reference"))
+        self.query_one(Plot).show(series, x_limits=(line.x_min, line.x_max), y_limits=(0.0, top),
+                                  y_ticks=_ticks(0.0, top), markers=line.markers)
+        tps = st.tokens_per_s
         title = f"tok/s {tps:.1f}" if tps is not None else "tok/s –"
         if state.source == "remote":
             pass  # a server reports no plain reference
@@ -134,16 +157,19 @@ class ThroughputPanel(Panel):
             title += f" · plain {plain:.1f}"
             if tps is not None:
                 title += f" · {tps / plain:.2f}x"
-        self.titles(title, "decode only · [$chart-reference]╌[/] plain")
+        self.titles(title, "decode only · [$chart-reference]─[/] plain")
 
 
 class KPanel(Panel):
     def compose(self) -> ComposeResult:
-        yield TimeChart(_fmt_int, id="k-chart", zero_marker="·")
+        yield Plot(id="k-chart", y_format="{:.0f}", x_format=SECONDS)
 
     def show(self, state: DashState) -> None:
-        ks = [float(b.k) for b in state.stats.series(CHART_HISTORY)]
-        self.query_one(TimeChart).set_data(ks, _k_axis_top)
+        line = state.stats.timeline(state.window)
+        top = _k_axis_top(line.k)
+        self.query_one(Plot).show([Series(tuple(line.xs), tuple(line.k), "chart-line", kind="step")],
+                                  x_limits=(line.x_min, line.x_max), y_limits=(0.0, top),
+                                  y_ticks=_ticks(0.0, top), markers=line.markers)
         settings, step = state.settings, state.stats.last_step
         if step is not None and step.decision:
             note = escape(step.decision)
@@ -164,7 +190,10 @@ class CpuPanel(Panel):
     def show(self, state: DashState) -> None:
         tel = state.telemetry
         if tel is None:
-            self.titles("CPU", "no telemetry from a remote server" if state.source == "remote" else "")
+            why = NO_TELEMETRY.get(state.source, "")
+            self.titles("CPU", why)
+            if why:
+                self.query_one(CpuView).empty = why
             return
         loads = tel.core_loads
         self.query_one(CpuView).update_loads(loads)
@@ -183,6 +212,9 @@ class NumaPanel(Panel):
         tel = state.telemetry
         if tel is None:
             self.titles("Memory", "")
+            why = NO_TELEMETRY.get(state.source, "")
+            if why:
+                self.query_one(NumaView).empty = why
             return
         nodes = tel.numa_nodes
         self.query_one(NumaView).update_nodes(nodes)

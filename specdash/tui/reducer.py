@@ -17,6 +17,7 @@ from specdash.events import (
     NoticeEvent,
     PrefillEvent,
     PromptEvent,
+    ReplayEvent,
     ServerEvent,
     SettingsEvent,
     StatusEvent,
@@ -32,6 +33,7 @@ STATES = ("loading", "running", "paused", "idle", "error", "down", "ended")
 
 @dataclass
 class DashState:
+    window: float = 60.0  # seconds of decode time the time charts show
     source: str = ""  # "engine" | "remote" | "replay"
     label: str = ""  # what the source is: a target, a URL, a recording file
     state: str = "loading"
@@ -42,12 +44,18 @@ class DashState:
     # The current prompt's text so far, as (piece, from_draft): a seek in a replay or a
     # resize redraws the generation panel from here.
     pieces: list[tuple[str, bool]] = field(default_factory=list)
-    stats: LiveStats = field(default_factory=LiveStats)
+    stats: LiveStats = field(init=False)
     telemetry: TelemetryEvent | None = None
     server: ServerEvent | None = None
     notices: deque[NoticeEvent] = field(default_factory=lambda: deque(maxlen=50))
+    replay: ReplayEvent | None = None  # where a replay stands
+    prompt_serial: int = 0  # grows with every new prompt and every rewind: the text restarts
     events: int = 0  # events folded so far
     t: float | None = None  # the `t` of the latest event: where a replay stands
+
+    def __post_init__(self) -> None:
+        # Enough 0.5 s bins for the window, plus the smoothing span before its left edge.
+        self.stats = LiveStats(history_bins=int(self.window / 0.5) + 8)
 
     @property
     def settings(self) -> SettingsEvent | None:
@@ -55,8 +63,8 @@ class DashState:
 
     @property
     def alive(self) -> bool:
-        """The source takes commands now."""
-        return self.state in ("running", "paused", "idle")
+        """The source takes commands now (a replay that reached its end still seeks)."""
+        return self.state in ("running", "paused", "idle") or (self.source == "replay" and self.state == "ended")
 
     def feed(self, ev: Event) -> None:
         self.events += 1
@@ -84,6 +92,7 @@ class DashState:
             case PromptEvent(title=title, text=text):
                 self.prompt_title, self.prompt_text = title, text
                 self.pieces = []
+                self.prompt_serial += 1
                 if self.state != "paused":
                     self.state = "running"
             case NoticeEvent():
@@ -92,6 +101,16 @@ class DashState:
                 self.telemetry = ev
             case ServerEvent():
                 self.server = ev
+            case ReplayEvent(rewind=True):
+                serial, events = self.prompt_serial, self.events
+                self.__init__(window=self.window)  # type: ignore[misc]  # start over: the replay re-sends what led here
+                self.source, self.replay = "replay", ev
+                self.prompt_serial, self.events = serial + 1, events
+                self.state = "running" if ev.playing else "paused"
+            case ReplayEvent():
+                self.replay = ev
+                if self.state != "ended" or ev.playing:
+                    self.state = "running" if ev.playing else "paused"
 
     def k_in_force(self) -> int | None:
         """Adaptive K changes every step: the K the last step ran with, not the configured

@@ -20,6 +20,11 @@ STATE_LABELS = {
 }
 
 
+def clock(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m}:{s:02d}"
+
+
 def short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -41,6 +46,10 @@ class StatusLine(Static):
     def show(self, state: DashState, fallback: tuple[str, str] = ("", "")) -> None:
         st, step = state.settings, state.stats.last_step
         label, style = STATE_LABELS.get(state.state, (state.state, "bold"))
+        if state.replay is not None:
+            r = state.replay
+            label = f"{'▶' if r.playing else '⏸'} replay {r.speed:g}x {clock(r.position)}/{clock(r.duration)}"
+            style = "bold $accent" if r.playing else "bold $warning"
         target, draft = (model_name(st.target), st.drafter) if st else fallback
         k_now = state.k_in_force()
         tps = state.stats.tokens_per_s

@@ -69,6 +69,7 @@ class CpuView(Widget):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.loads: tuple[float, ...] = ()
+        self.empty = "sampling…"  # what shows before (or without) any sample
 
     def update_loads(self, loads: Sequence[float]) -> None:
         if tuple(loads) != self.loads:
@@ -80,7 +81,7 @@ class CpuView(Widget):
         text = Text(no_wrap=True, overflow="crop")
         styles = _LoadStyles(self, "cpu")
         if not self.loads:
-            text.append("sampling…", styles.label)
+            text.append(self.empty, styles.label)
         elif len(self.loads) <= height:
             self._bars(text, self.loads, width, styles)
         else:
@@ -149,6 +150,7 @@ class NumaView(Widget):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.nodes: tuple[NumaNode, ...] = ()
+        self.empty = "no memory information on this system"
 
     def update_nodes(self, nodes: Sequence[NumaNode]) -> None:
         if tuple(nodes) != self.nodes:
@@ -161,7 +163,7 @@ class NumaView(Widget):
         styles = _LoadStyles(self, "numa")
         nodes = self.nodes
         if not nodes:
-            text.append("no memory information on this system", styles.label)
+            text.append(self.empty, styles.label)
             return text
         shown = nodes[: max(height, 1)]
         with_stats = len(nodes) * 2 <= height

@@ -1,0 +1,109 @@
+"""`specdash sweep`: plain decoding and each K on one prompt, plotted; the best K marked."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from specdash.commands.common import add_engine_arguments, add_prompt_arguments, load_settings, read_prompt, stderr_progress
+from specdash.engine.settings import LIMIT
+from specdash.errors import SpecdashError
+from specdash.sweep import DEFAULT_KS
+
+
+def _ks(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    lim = LIMIT["k"]
+    if not values or any(not (lim.lo or 0) <= v <= (lim.hi or 0) for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated Ks, each {lim.allowed}, e.g. 0,2,4,8")
+    return values
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "sweep",
+        help="plain decoding and each K on one prompt: the speed-vs-K curve and the best K",
+        description="Run plain decoding and each K in a list for the current drafter on one prompt, "
+        "in interleaved rounds, through the same engine and commands as the dashboard. Opens the "
+        "dashboard's sweep view (k in the dashboard opens the same view) plotting tok/s and acceptance "
+        "against K as results arrive, with the best K marked; a applies it, w saves it, Esc cancels. "
+        "With --headless, prints the table (and --json writes the results) instead.",
+    )
+    add_engine_arguments(p, with_k=False)
+    add_prompt_arguments(p, required=False)
+    p.add_argument("--ks", type=_ks, default=list(DEFAULT_KS), metavar="LIST",
+                   help=f"Ks to try, comma-separated; 0 = plain decoding (default {','.join(map(str, DEFAULT_KS))})")
+    p.add_argument("--rounds", type=int, default=2, metavar="N", help="rounds over all Ks (default 2)")
+    p.add_argument("--sweep-tokens", type=int, default=96, metavar="N", help="tokens per run (default 96)")
+    p.add_argument("--headless", action="store_true", help="no dashboard: print the results table")
+    p.add_argument("--json", dest="json_out", metavar="OUT", help="with --headless: write the results as JSON")
+    p.set_defaults(func=run, k=None)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specdash.prompts import BUILTIN
+
+    if args.rounds < 1 or args.sweep_tokens < 1:
+        raise SpecdashError("--rounds and --sweep-tokens must be >= 1")
+    prompt = read_prompt(args)
+    config = load_settings(args)
+    if prompt is None:
+        prompt = next(p.text for p in BUILTIN if p.name == "code-edit")
+    if config.engine.draft == "none":
+        raise SpecdashError("--draft none: every K would be plain decoding; choose a drafter (lookup, a model, ...)")
+    if args.headless:
+        return headless(args, config.engine, prompt)
+    from specdash.commands.dashboard import launch
+
+    return launch(args, config, prompt, sweep=(tuple(args.ks), args.rounds, args.sweep_tokens))
+
+
+def headless(args: argparse.Namespace, settings, prompt: str) -> int:
+    from specdash import events as E
+    from specdash.session import Session
+    from specdash.sweep import Sweep
+
+    session = Session(settings, progress=stderr_progress())
+    try:
+        sweep = Sweep(prompt, session.engine.settings_event(), ks=args.ks, rounds=args.rounds,
+                      max_tokens=args.sweep_tokens)
+        pending = sweep.start()
+        while not sweep.finished:
+            runs = [c for c in pending if isinstance(c, E.NewPrompt)]
+            for cmd in pending:
+                if not isinstance(cmd, E.NewPrompt):
+                    session.send(cmd)
+            (run,) = runs
+            for ev in [E.PromptEvent(run.title, run.text_), *session.run(run.text_, run.max_tokens)]:
+                if isinstance(ev, E.NoticeEvent) and ev.level != "info":
+                    raise SpecdashError(f"sweep: {ev.message}")
+                pending = sweep.feed(ev) or pending
+                if isinstance(ev, E.Summary):
+                    print(f"[{sweep.done}/{sweep.total}] K={session.settings.k:<3} {ev.tokens_per_s:6.1f} tok/s"
+                          + ("" if ev.acceptance_rate is None else f"  acc {ev.acceptance_rate:.0%}"),
+                          file=sys.stderr, flush=True)
+    finally:
+        session.close()
+    print(table(sweep))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(sweep.to_json(), indent=2))
+        print(f"wrote {args.json_out}", file=sys.stderr)
+    return 0
+
+
+def table(sweep) -> str:
+    lines = [f"{'K':>3} {'tok/s':>7} {'min-max':>13} {'vs plain':>8} {'accept':>7} {'mean len':>8}"]
+    best = sweep.best
+    for p in sweep.measured:
+        lo, hi = p.spread
+        ratio = f"{p.tokens_per_s / sweep.plain:7.2f}x" if sweep.plain else "      -"
+        acc = f"{p.acceptance:7.0%}" if p.acceptance is not None else "      -"
+        mean = f"{p.mean_accepted_length:8.2f}" if p.mean_accepted_length is not None else "       -"
+        lines.append(f"{p.k:>3} {p.tokens_per_s:7.1f} {lo:6.1f}-{hi:<6.1f} {ratio} {acc} {mean}"
+                     + ("  <- best" if best is not None and p.k == best.k else ""))
+    return "\n".join(lines)

@@ -1,0 +1,120 @@
+"""The running settings as a llama-server launch: a command line, or a router preset.
+
+This is the last step of the tuning loop: what was measured here is what gets served.
+The mapping, for the llama.cpp vendored with llama-cpp-python (common/arg.cpp):
+
+    target                  -m PATH
+    draft model             -md PATH --spec-draft-n-max K [--spec-draft-p-min P]
+    lookup                  --spec-type ngram-simple --spec-ngram-simple-size-n N
+                            --spec-ngram-simple-size-m K  (N: the longest n-gram matched)
+    suffix                  --spec-type ngram-cache (the session's own n-gram cache)
+    chain                   --spec-type ngram-simple,draft-simple with both of the above
+    none or K=0             no speculation flags
+    experts override        --override-kv ARCH.expert_used_count=int:N
+    threads, ctx            -t N, -c N
+    temperature             --temp T
+
+llama-server has no adaptive K: an adaptive session exports the K its last step ran
+with, and says so in a comment.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from specdash.engine.drafters import is_model
+from specdash.errors import SpecdashError
+from specdash.events import SettingsEvent
+
+
+def _arch(target_path: str) -> str:
+    from specdash.models.ggufcheck import gguf_metadata
+
+    try:
+        return str(gguf_metadata(target_path).get("general.architecture") or "llama")
+    except Exception as exc:  # the file may be on another machine (a recording)
+        raise SpecdashError(f"export: cannot read {target_path} for its architecture ({exc}); "
+                            "the expert override needs it") from None
+
+
+def server_args(st: SettingsEvent, *, k: int | None = None) -> tuple[list[str], list[str]]:
+    """(arguments after `llama-server`, notes) for settings `st`. `k`: the K to export
+    (default: the settings' K; pass the K in force for an adaptive session)."""
+    if not st.target_path:
+        raise SpecdashError("export: the source did not report the target's file (a remote server's settings "
+                            "cannot be exported)")
+    notes: list[str] = []
+    k = st.k if k is None else k
+    args = ["-m", st.target_path]
+    draft = st.draft or "none"
+    if st.adaptive:
+        notes.append(f"specdash ran with adaptive K; llama-server has none: exported K={k}, the K in force")
+    if k and draft != "none":
+        model = draft if is_model(draft) or draft == "chain" else None
+        types = []
+        if draft in ("lookup", "chain"):
+            types.append("ngram-simple")
+            args += ["--spec-ngram-simple-size-n", str(st.lookup_max_ngram or 4),
+                     "--spec-ngram-simple-size-m", str(k)]
+        if draft == "suffix":
+            types.append("ngram-cache")
+        if model is not None:
+            if not st.draft_path:
+                if draft == "chain":
+                    notes.append("the chain ran without a draft model: exported its lookup part only")
+                else:
+                    raise SpecdashError(f"export: the draft model {draft} has no file path in these settings")
+            else:
+                types.append("draft-simple")
+                args += ["-md", st.draft_path, "--spec-draft-n-max", str(k)]
+                if st.draft_p_min:
+                    args += ["--spec-draft-p-min", f"{st.draft_p_min:g}"]
+        if types:
+            args += ["--spec-type", ",".join(types)]
+    elif draft != "none":
+        notes.append("K=0: plain decoding, no speculation flags")
+    if st.experts is not None:
+        args += ["--override-kv", f"{_arch(st.target_path)}.expert_used_count=int:{st.experts}"]
+    if st.threads:
+        args += ["-t", str(st.threads)]
+    if st.ctx:
+        args += ["-c", str(st.ctx)]
+    if st.temperature is not None:
+        args += ["--temp", f"{st.temperature:g}"]
+    return args, notes
+
+
+def command_line(st: SettingsEvent, *, k: int | None = None, binary: str = "llama-server",
+                 extra: tuple[str, ...] = ("--metrics",)) -> str:
+    """A shell command line, with notes as comments above it."""
+    args, notes = server_args(st, k=k)
+    lines = [f"# {note}" for note in notes]
+    lines.append(shlex.join([binary, *args, *extra]))
+    return "\n".join(lines)
+
+
+def preset_section(st: SettingsEvent, *, k: int | None = None, name: str | None = None) -> str:
+    """A router-mode preset (llama-server --models-preset FILE): keys are the long
+    argument names without dashes."""
+    args, notes = server_args(st, k=k)
+    section = name or preset_name(st, k)
+    lines = [f"; {note}" for note in notes] + [f"[{section}]"]
+    keys = {"-m": "model", "-md": "model-draft", "-t": "threads", "-c": "ctx-size"}
+    i = 0
+    while i < len(args):
+        key = keys.get(args[i], args[i].lstrip("-"))
+        lines.append(f"{key} = {args[i + 1]}")
+        i += 2
+    return "\n".join(lines)
+
+
+def preset_name(st: SettingsEvent, k: int | None = None) -> str:
+    """`model@draft-k8` style names, as the dashboard's `d` picker lists router presets."""
+    k = st.k if k is None else k
+    target = Path(st.target_path or st.target).stem
+    draft = st.draft or "none"
+    if not k or draft == "none":
+        return f"{target}@none"
+    kind = "draft" if is_model(draft) else draft
+    return f"{target}@{kind}-k{k}"

@@ -1,0 +1,192 @@
+"""Recordings: written as the run goes, read back exactly, replayed into the same state
+the live dashboard had; broken files replay up to the bad line and say where."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+
+import pytest
+
+from cli_helpers import assert_usage_error, specdash
+from specdash import events as E
+from specdash.engine.settings import EngineSettings
+from specdash.errors import SpecdashError
+from specdash.recording import Recorder, read_recording
+from specdash.session import Session
+from specdash.sources.replay import ReplaySource
+from specdash.tui.reducer import DashState
+
+PROMPT = "Write the numbers from 1 to 60, separated by commas."
+
+
+@pytest.fixture(scope="module")
+def live(smol_path, tmp_path_factory):
+    """A real run of the small model with two hot-swaps, recorded; and the events as the
+    dashboard would have seen them live."""
+    path = tmp_path_factory.mktemp("rec") / "live.jsonl"
+    recorder = Recorder(path, extra={"command": "test"})
+    session = Session(EngineSettings(target=str(smol_path), draft="lookup", k=4, threads=2, ctx=1024, max_tokens=80))
+    events: list[E.Event] = []
+    try:
+        for ev in session.run(PROMPT):
+            events.append(ev)
+            recorder(ev)
+            if isinstance(ev, E.StepEvent) and ev.step == 10:
+                session.send(E.SetK(9))
+            if isinstance(ev, E.StepEvent) and ev.step == 20:
+                session.send(E.SetDrafter("suffix"))
+    finally:
+        session.close()
+        recorder.close()
+    return path, events
+
+
+def fold(events) -> DashState:
+    state = DashState()
+    for ev in events:
+        state.feed(ev)
+    return state
+
+
+def _approx(value):
+    """Recordings keep 6 decimals (microseconds): compare at 4."""
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {k: _approx(v) for k, v in value.items() if k != "schema"}
+    if isinstance(value, (list, tuple)):
+        return [_approx(v) for v in value]
+    return value
+
+
+def essentials(state: DashState) -> dict:
+    st = state.stats
+    return _approx({
+        "total": dataclasses.asdict(st.total),
+        "bins": [dataclasses.asdict(b) for b in st.bins],
+        "markers": list(st.markers),
+        "settings": E.to_dict(state.settings) if state.settings else None,
+        "text": "".join(p for p, _ in state.pieces),
+        "tokens_per_s": st.tokens_per_s,
+        "summary": E.to_dict(st.last_summary) if st.last_summary else None,
+    })
+
+
+def test_the_file_has_a_header_then_every_event(live, smol_path):
+    path, events = live
+    rec = read_recording(path)
+    assert rec.problem == "" and len(rec.events) == len(events)
+    h = rec.header
+    assert h["schema"] == E.SCHEMA and h["specdash"] and h["command"] == "test"
+    target = next(m for m in h["models"] if m["role"] == "target")
+    assert target["path"] == str(smol_path)
+    assert target["sha256"] == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    assert h["machine"]["physical_cores"] >= 1 and h["machine"]["cpu_model"]
+    # each line is one event, written as it came: JSON lines, nothing else
+    lines = path.read_text().splitlines()
+    assert len(lines) == len(events) + 1 and all(json.loads(line) for line in lines)
+
+
+def test_replayed_state_equals_the_live_state_at_every_step(live):
+    """The reducer fed the recording (through the replay source, at any speed) ends
+    where the live dashboard was, and agrees with it step by step."""
+    path, events = live
+    rec = read_recording(path)
+    assert essentials(fold(rec.events)) == essentials(fold(events))
+    for cut in (5, 15, 25, len(events)):
+        assert essentials(fold(rec.events[:cut])) == essentials(fold(events[:cut]))
+    assert [label for _, label in fold(rec.events).stats.markers] == ["K=9", "suffix"]
+
+    got: list[E.Event] = []
+    done = threading.Event()
+
+    def emit(ev):
+        got.append(ev)
+        if isinstance(ev, E.StatusEvent) and ev.state == "ended":
+            done.set()
+
+    source = ReplaySource(path, sleep=lambda wake, s: False)  # no waiting: as fast as it goes
+    source.start(emit)
+    assert done.wait(60)
+    source.close()
+    replayed = fold(got)
+    assert essentials(replayed)["total"] == essentials(fold(events))["total"]
+    assert replayed.source == "replay" and replayed.settings.source == "replay"
+    assert "a recording cannot change K" in replayed.settings.unavailable["k"]
+
+
+def test_seek_rewinds_and_rebuilds_the_state(live):
+    path, events = live
+    rec = read_recording(path)
+    source = ReplaySource(path, sleep=lambda wake, s: wake.wait(0.001) and False, recording=rec)
+    got: list[E.Event] = []
+    source.start(got.append)
+    source.send(E.Pause())
+    middle = rec.duration / 2
+    source.send(E.Seek(to=middle))
+    for _ in range(500):
+        if any(isinstance(ev, E.ReplayEvent) and ev.rewind for ev in got) and \
+                isinstance(got[-1], E.ReplayEvent) and not got[-1].rewind and got[-1].position == middle:
+            break
+        threading.Event().wait(0.01)
+    source.close()
+    rewind = max(i for i, ev in enumerate(got) if isinstance(ev, E.ReplayEvent) and ev.rewind)
+    state = fold(got)  # the reducer starts over at the rewind
+    t0 = min(ev.t for ev in rec.events if ev.t)
+    expected = [ev for ev in rec.events if not ev.t or ev.t - t0 <= middle]
+    assert essentials(state)["total"] == essentials(fold(expected))["total"]
+    assert state.replay is not None and state.replay.position == middle and rewind > 0
+
+
+def test_a_corrupt_line_stops_the_replay_there_and_says_where(live, tmp_path):
+    path, events = live
+    lines = path.read_text().splitlines(keepends=True)
+    broken = tmp_path / "corrupt.jsonl"
+    broken.write_text("".join(lines[:20]) + '{"event": "step", "step": oops}\n' + "".join(lines[21:]))
+    rec = read_recording(broken)
+    assert rec.problem == "stopped at line 21: not valid JSON"
+    assert len(rec.events) == 19  # lines 2..20
+    bad_field = tmp_path / "field.jsonl"
+    bad_field.write_text("".join(lines[:20]) + json.dumps({**json.loads(lines[20]), "accepted": "two"}) + "\n")
+    rec = read_recording(bad_field)
+    assert rec.problem.startswith("stopped at line 21: ") and "accepted" in rec.problem
+    proc = specdash("replay", "--summary", str(broken))
+    assert proc.returncode == 0 and "stopped at line 21: not valid JSON" in proc.stdout
+
+
+def test_a_truncated_file_replays_up_to_the_cut(live, tmp_path):
+    path, events = live
+    data = path.read_bytes()
+    cut = tmp_path / "truncated.jsonl"
+    cut.write_bytes(data[: len(data) - 40])  # the crash case: the last line half written
+    rec = read_recording(cut)
+    assert rec.problem.endswith("the line is cut off (truncated file)")
+    assert len(rec.events) == len(events) - 1
+
+
+def test_files_that_are_not_recordings_are_one_line_errors(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"hello": 1}\n')
+    newer = tmp_path / "newer.jsonl"
+    newer.write_text(json.dumps({"event": "header", "schema": E.SCHEMA + 1}) + "\n")
+    for path, says in ((empty, "empty file"), (other, "not a specdash recording header"),
+                       (newer, "upgrade specdash"), (tmp_path / "missing.jsonl", "no such file")):
+        with pytest.raises(SpecdashError, match=says):
+            read_recording(path)
+        assert_usage_error(specdash("replay", str(path)), str(path.name), says)
+
+
+def test_run_record_writes_telemetry_too(tmp_path, smol_path):
+    out = tmp_path / "run.jsonl"
+    proc = specdash("run", "--target", "smollm2-135m", "--draft", "lookup", "--threads", "2", "--max-tokens", "12",
+                    "--prompt", PROMPT, "--record", str(out), "--at", "4:k=7")
+    assert proc.returncode == 0, proc.stderr
+    rec = read_recording(out)
+    settings = [ev for ev in rec.events if isinstance(ev, E.SettingsEvent)]
+    assert [s.command for s in settings] == ["", "k=7"]
+    assert rec.header["command"] == "run" and rec.header["prompt"] == PROMPT
+    assert f"recorded {len(rec.events) + 1} lines to {out}" in proc.stderr
