@@ -52,3 +52,43 @@ def test_engine_error_is_shown(snap_compare):
 
     app = replay_app(session_factory=lambda s, p: FailingSession(s, p))
     assert snap_compare(app, terminal_size=(80, 24), run_before=failed)
+
+
+def test_sweep_view(snap_compare):
+    """The K sweep view with a finished sweep: points with error bars across rounds, the
+    plain reference line, the best K marked, the table."""
+    from textual.app import App
+
+    from specdash import events as E
+    from specdash.sweep import Sweep
+    from specdash.tui.screens.sweep import SweepScreen
+    from specdash.tui.themes import VARIABLE_DEFAULTS, load_themes
+    from test_sweep import BEFORE, run_through
+
+    sweep = Sweep("p", BEFORE, ks=[0, 2, 4, 8, 12, 16, 24], rounds=2, max_tokens=96)
+    run_through(sweep, {0: [20.0, 22.0], 2: [24.0, 27.0], 4: [29.0, 31.0], 8: [33.0, 36.0],
+                        12: [34.0, 37.5], 16: [33.0, 35.0], 24: [28.0, 31.0]})
+
+    class Host(App):
+        def get_theme_variable_defaults(self):
+            return dict(VARIABLE_DEFAULTS)
+
+        def on_mount(self):
+            for theme in load_themes().values():
+                self.register_theme(theme)
+            self.theme = "specdash-dark"
+            self.push_screen(SweepScreen(sweep))
+
+    assert snap_compare(Host(), terminal_size=(120, 36))
+
+
+def test_markers_at_the_hot_swaps(snap_compare):
+    """Every hot-swap of the recording (K 4 -> 6 -> 2) as a labelled vertical line on the
+    three time charts."""
+    async def replayed_then_settled(pilot) -> None:
+        await replayed(pilot)
+        await pilot.pause(0.3)
+        pilot.app._update_panels()
+        await pilot.pause(0.3)
+
+    assert snap_compare(replay_app(), terminal_size=(140, 40), run_before=replayed_then_settled)

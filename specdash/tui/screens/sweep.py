@@ -76,11 +76,10 @@ class SweepScreen(Screen[None]):
         top = nice_ceiling(max([hi for _, _, (_, hi) in tps] + [1.0]) * 1.1) if tps else 1.0
         series = []
         if tps:
-            lo = tuple(s[0] for _, _, s in tps)
-            hi = tuple(s[1] for _, _, s in tps)
             xs = tuple(x for x, _, _ in tps)
-            series += [Series(xs, lo, "chart-axis", kind="points"), Series(xs, hi, "chart-axis", kind="points"),
-                       Series(xs, tuple(v for _, v, _ in tps), "chart-line", label="median tok/s")]
+            series.append(Series(xs, tuple(v for _, v, _ in tps), "chart-line", label="median tok/s"))
+            # the spread across rounds: a bar from min to max at each K
+            series += [Series((x, x), (lo, hi), "foreground") for x, _, (lo, hi) in tps]
         if sw.plain is not None:
             series.append(Series(x_limits, (sw.plain, sw.plain), "chart-reference", label="plain (K=0)"))
         self.query_one("#sweep-tps", Plot).show(series, x_limits=x_limits, y_limits=(0.0, top),
@@ -94,7 +93,7 @@ class SweepScreen(Screen[None]):
     def _table(self) -> Table:
         sw = self.sweep
         table = Table(box=None, padding=(0, 2), header_style="bold")
-        for col in ("K", "tok/s", "min–max", "vs plain", "acceptance", "mean len", "runs"):
+        for col in ("K", "", "tok/s", "min–max", "vs plain", "acceptance", "mean len", "runs"):
             table.add_column(col, justify="right")
         best = sw.best
         for p in sw.measured:
@@ -102,9 +101,9 @@ class SweepScreen(Screen[None]):
             ratio = f"{tps / sw.plain:.2f}x" if sw.plain else "–"
             acc = f"{p.acceptance:.0%}" if p.acceptance is not None else "–"
             mean = f"{p.mean_accepted_length:.2f}" if p.mean_accepted_length is not None else "–"
-            mark = " ◀ best" if best is not None and p.k == best.k and sw.finished else ""
-            table.add_row(f"{p.k}{mark}", f"{tps:.1f}", f"{spread[0]:.1f}–{spread[1]:.1f}", ratio, acc, mean,
-                          str(len(p.runs)), style="bold" if mark else None)
+            mark = "best" if best is not None and p.k == best.k and sw.finished else ""
+            table.add_row(str(p.k), mark, f"{tps:.1f}", f"{spread[0]:.1f}–{spread[1]:.1f}", ratio, acc, mean,
+                          str(len(p.runs)))
         return table
 
     def action_leave(self) -> None:
