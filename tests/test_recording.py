@@ -190,3 +190,86 @@ def test_run_record_writes_telemetry_too(tmp_path, smol_path):
     assert [s.command for s in settings] == ["", "k=7"]
     assert rec.header["command"] == "run" and rec.header["prompt"] == PROMPT
     assert f"recorded {len(rec.events) + 1} lines to {out}" in proc.stderr
+
+
+def _fixture_recording(tmp_path, name: str, k: int):
+    """The recorded fixture run as a recording file, its settings at fixed K=k."""
+    from test_tui_support import load_replay
+
+    path = tmp_path / name
+    rec = Recorder(path, extra={"command": "test"})
+    for ev in load_replay():
+        if isinstance(ev, E.SettingsEvent):
+            ev = dataclasses.replace(ev, k=k, target_path=None)
+        rec(ev)
+    rec.close()
+    return path
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_compare_two_recordings_in_one_screen(tmp_path, snap_compare):
+    from specdash.tui.compare import CompareApp
+
+    a = read_recording(_fixture_recording(tmp_path, "k4.jsonl", 4))
+    events = [ev for ev in read_recording(_fixture_recording(tmp_path, "k8.jsonl", 8)).events]
+    # B: the same run with every second step's acceptance halved, as a K=8 run might do
+    b_events = [dataclasses.replace(ev, accepted=ev.accepted // 2) if isinstance(ev, E.StepEvent) and ev.step % 2
+                else ev for ev in events]
+    b = dataclasses.replace(a, path=tmp_path / "k8.jsonl", events=b_events)
+    app = CompareApp(a, b)
+    assert app.label(0) == "A: lookup K=4" and app.label(1) == "B: lookup K=8"
+    assert snap_compare(app, terminal_size=(140, 40))
+
+
+def test_replay_keys_play_pause_speed_and_seek(tmp_path):
+    import asyncio
+
+    from specdash.engine.settings import EngineSettings
+    from specdash.tui.app import DashboardOptions, SpecdashApp
+
+    path = tmp_path / "r.jsonl"
+    t = 100.0
+    rec = Recorder(path)
+    rec(E.SettingsEvent(source="engine", target="t", drafter="lookup", draft="lookup", k=4, target_path="/m/t.gguf"))
+    for i in range(1, 121):  # two minutes of recorded time, a step a second
+        t += 1.0
+        rec(E.StepEvent(i, 4, "lookup", 4, 2, [1, 2, 3], ["a", "b", "c"], [True, True, False], 1.0, 2.0, 0.1,
+                        i * 3, i * 3, t))
+    rec.close()
+
+    async def drive() -> None:
+        source = ReplaySource(path)
+        app = SpecdashApp(DashboardOptions(settings=EngineSettings(), screenshots_dir=str(tmp_path / "shots")),
+                          source_factory=lambda s, p: source, local_telemetry=False, hints=lambda: [])
+        async with app.run_test(size=(100, 30)) as pilot:
+            async def until(cond):
+                for _ in range(500):
+                    if cond():
+                        return
+                    await pilot.pause(0.02)
+                raise AssertionError("never happened")
+
+            await until(lambda: app.state.replay is not None)
+            await pilot.press("right_square_bracket", "right_square_bracket")  # 1x -> 2x -> 4x
+            await until(lambda: source.speed == 4.0)
+            await pilot.press("space")
+            await until(lambda: app.state.replay is not None and not app.state.replay.playing)
+            await pilot.press("end")
+            await until(lambda: app.state.stats.total.steps == 120)
+            # step i was recorded i-1 s after the first: the end is at 119 s
+            await pilot.press("left")  # back 10 s, to 109 s: steps 111.. are gone again
+            await until(lambda: app.state.stats.total.steps == 110)
+            await pilot.press("home")
+            await until(lambda: app.state.stats.total.steps == 1 and app.state.replay.position == 0)
+            await pilot.press("right")
+            await until(lambda: app.state.stats.total.steps == 11)
+            await pilot.press("plus")  # a recording cannot change K: it says why
+            await pilot.press("s")
+            await pilot.pause(0.2)
+            assert "▶" not in app.query_one("#status").line and "replay 4x 0:10/" in app.query_one("#status").line
+        shots = list((tmp_path / "shots").glob("*.json"))
+        assert len(shots) == 1
+        data = json.loads(shots[0].read_text())
+        assert data["replay"]["file"] == str(path) and data["replay"]["offset_s"] == 10.0
+
+    asyncio.run(drive())

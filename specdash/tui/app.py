@@ -188,6 +188,7 @@ class SpecdashApp(App[int]):
         self.source: Source | None = None
         self._outbox: Outbox | None = None
         self._k_request: int | None = None  # K asked for, until a SettingsEvent confirms
+        self._speed_request: float | None = None  # replay speed asked for, until a ReplayEvent confirms
         self._typed: WorkItem | None = None  # the operator's last prompt from `n`
         self._quitting = False
         self._bindings_key: tuple[object, ...] | None = None
@@ -330,6 +331,8 @@ class SpecdashApp(App[int]):
                     continue
                 case E.SettingsEvent():
                     self._k_request = None
+                case E.ReplayEvent(speed=speed) if speed == self._speed_request:
+                    self._speed_request = None
                 case NoticeEvent(level=level, message=message):
                     severity = {"error": "error", "warning": "warning"}.get(level, "information")
                     self.notify(message, severity=severity,  # type: ignore[arg-type]
@@ -516,9 +519,11 @@ class SpecdashApp(App[int]):
     def _speed_step(self, direction: int) -> float:
         from specdash.sources.replay import SPEEDS
 
-        now = self.state.replay.speed if self.state.replay else 1.0
+        # From the speed asked for last, until the replay confirms it: quick presses add up.
+        now = self._speed_request or (self.state.replay.speed if self.state.replay else 1.0)
         i = min(range(len(SPEEDS)), key=lambda j: abs(SPEEDS[j] - now))
-        return SPEEDS[min(max(i + direction, 0), len(SPEEDS) - 1)]
+        self._speed_request = SPEEDS[min(max(i + direction, 0), len(SPEEDS) - 1)]
+        return self._speed_request
 
     def action_slower(self) -> None:
         self._replay("slower", E.SetSpeed(self._speed_step(-1)))

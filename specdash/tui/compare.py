@@ -28,6 +28,7 @@ from specdash.tui.themes import VARIABLE_DEFAULTS, load_themes
 from specdash.tui.widgets.plots import LegendLocation, Plot, Series, nice_ceiling
 
 COLOURS = ("chart-line", "chart-reference")  # A, B
+LABELS = {"k": "K", "temperature": "T", "max_tokens": "max tokens"}
 COMPARED = ("target", "drafter", "k", "adaptive", "temperature", "experts", "threads", "ctx", "max_tokens")
 
 
@@ -43,7 +44,7 @@ def fold(rec: Recording) -> DashState:
 def differences(a: E.SettingsEvent | None, b: E.SettingsEvent | None) -> list[str]:
     if a is None or b is None:
         return []
-    return [f"{name} {getattr(a, name)} vs {getattr(b, name)}" for name in COMPARED
+    return [f"{LABELS.get(name, name)} {getattr(a, name)} vs {getattr(b, name)}" for name in COMPARED
             if getattr(a, name) != getattr(b, name)]
 
 
@@ -94,7 +95,7 @@ class CompareApp(App[int]):
         self.theme = self._theme_name
         a, b = self.recordings
         diff = differences(*(s.settings for s in self.states))
-        head = Text.from_markup(f"[b]A[/b] {a.path.name}  vs  [b]B[/b] {b.path.name}")
+        head = Text.from_markup(f"[b]A:[/b] {a.path.name}  vs  [b]B:[/b] {b.path.name}")
         head.append("\n" + ("; ".join(diff) if diff else "same settings"), "dim")
         for rec, name in ((a, "A"), (b, "B")):
             if rec.problem:
