@@ -97,7 +97,7 @@ LIMITS: tuple[Limit, ...] = (
     Limit("speculative", "k_max", int, 16, "adaptive K: the largest K it may choose", lo=0, hi=K_CAP),
     Limit("speculative", "draft_p_min", float, 0.0,
           "draft model: stop drafting when its top token's probability is below this; 0 = off", lo=0, hi=1),
-    Limit("speculative", "lookup_min_ngram", int, 1, "prompt lookup: shortest n-gram to match", lo=1, hi=16),
+    Limit("speculative", "lookup_min_ngram", int, 2, "prompt lookup: shortest n-gram to match", lo=1, hi=16),
     Limit("speculative", "lookup_max_ngram", int, 4, "prompt lookup: longest n-gram to match", lo=1, hi=16),
     Limit("sampling", "temperature", float, 0.0, "sampling temperature; 0 = greedy", lo=0, hi=5,
           flag="temp", sampling=True),

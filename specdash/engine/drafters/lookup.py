@@ -1,5 +1,5 @@
-"""Prompt lookup: draft by copying what followed the last earlier occurrence of the
-current n-gram (llama.cpp's `lookup`, vLLM's `ngram` proposer).
+"""Prompt lookup: draft what followed the current n-gram earlier in the sequence, when
+the n-gram's history supports it (llama.cpp's `lookup` and its n-gram cache rule).
 
 Also holds `TokenMirror`, the incremental copy of the committed sequence that every
 model-free drafter keeps so a step costs O(new tokens) instead of O(context).
@@ -54,13 +54,29 @@ class TokenMirror:
         self.tokens = []
 
 
-class PromptLookupDrafter:
-    """Longest n-gram first (max_ngram down to min_ngram); the most recent earlier
-    occurrence wins; its continuation (up to k tokens) is the draft.
+# llama.cpp's n-gram cache thresholds (common/ngram-cache.cpp, the "lax" set it uses for
+# the context cache): a continuation is drafted from an n-gram of size n only when the
+# n-gram was seen at least MIN_SAMPLES[n] times and that continuation followed it at
+# least MIN_SHARE[n] of them. Short n-grams need more support: after one token almost
+# anything can follow, after four the text is usually being copied. Sizes past 4 use
+# the 4-gram's thresholds.
+MIN_SAMPLES = {1: 2, 2: 2, 3: 1, 4: 1}
+MIN_SHARE = {1: 0.66, 2: 0.50, 3: 0.50, 4: 0.50}
 
-    Index: one dict, n-gram tuple -> start of its latest occurrence that already has a
-    following token. Appending a token adds (max_ngram - min_ngram + 1) entries, and a
-    proposal is that many dict lookups plus a k-token slice: O(new tokens) per step.
+
+class PromptLookupDrafter:
+    """Drafts token by token from n-gram statistics of the sequence so far (prompt and
+    output), llama.cpp's `lookup` rule: for the next token, the longest n-gram
+    (max_ngram down to min_ngram) whose continuations have enough support (MIN_SAMPLES,
+    MIN_SHARE) gives its most frequent continuation; the draft grows by that token and
+    the rule runs again on the extended sequence; it stops at the first token nothing
+    supports. So on prose, where a short n-gram is followed by many things, it drafts
+    nothing instead of a wasted batch; on a copy it drafts the whole copy.
+
+    Index: n-gram tuple -> {next token: count}, plus the start of its latest occurrence
+    (for `evidence`: how long the match behind the draft is, which adaptive K judges
+    copies by). Appending a token updates (max_ngram - min_ngram + 1) entries: O(new
+    tokens) per step.
     """
 
     name = "lookup"
@@ -70,7 +86,7 @@ class PromptLookupDrafter:
     def parts(self) -> Sequence[Drafter]:
         return [self]
 
-    def __init__(self, min_ngram: int = 1, max_ngram: int = 4):
+    def __init__(self, min_ngram: int = 2, max_ngram: int = 4):
         if not 1 <= min_ngram <= max_ngram:
             raise SpecdashError(
                 f"lookup n-gram sizes min={min_ngram} max={max_ngram} refused: "
@@ -80,33 +96,73 @@ class PromptLookupDrafter:
         self.max_ngram = max_ngram
         self._mirror = TokenMirror()
         self._last_start: dict[tuple[int, ...], int] = {}
+        self._counts: dict[tuple[int, ...], dict[int, int]] = {}
         self._indexed = 0  # n-grams ending before this position have been indexed
 
     def _index_to(self, end: int) -> None:
         # An n-gram [s, s+n) is indexed once its continuation token s+n exists, so the
         # n-gram at the very end of the sequence never matches itself.
-        toks, last = self._mirror.tokens, self._last_start
+        toks, last, counts = self._mirror.tokens, self._last_start, self._counts
         for j in range(max(self._indexed, 1), end):
+            nxt = toks[j]
             for n in range(self.min_ngram, min(self.max_ngram, j) + 1):
-                last[tuple(toks[j - n : j])] = j - n
+                key = tuple(toks[j - n : j])
+                last[key] = j - n
+                follow = counts.get(key)
+                if follow is None:
+                    counts[key] = {nxt: 1}
+                else:
+                    follow[nxt] = follow.get(nxt, 0) + 1
         self._indexed = max(self._indexed, end)
+
+    def _vote(self, context: list[int]) -> tuple[int, int] | None:
+        """(token, n-gram size) the statistics support after `context`, or None."""
+        for n in range(min(self.max_ngram, len(context)), self.min_ngram - 1, -1):
+            follow = self._counts.get(tuple(context[-n:]))
+            if not follow:
+                continue
+            total = sum(follow.values())
+            token, count = max(follow.items(), key=lambda kv: kv[1])
+            size = min(n, 4)
+            if total >= MIN_SAMPLES[size] and count >= MIN_SHARE[size] * total:
+                return token, n
+        return None
 
     def propose(
         self, tokens: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator | None
     ) -> Draft:
         if self._mirror.sync(tokens):
             self._last_start.clear()
+            self._counts.clear()
             self._indexed = 0
         toks = self._mirror.tokens
         self._index_to(len(toks))
         if k <= 0:
             return Draft.empty()
+        context = toks[-self.max_ngram:]
+        draft: list[int] = []
+        first_n = 0
+        while len(draft) < k:
+            vote = self._vote(context)
+            if vote is None:
+                break
+            token, n = vote
+            first_n = first_n or n
+            draft.append(token)
+            context = context[1:] + [token] if len(context) >= self.max_ngram else context + [token]
+        if not draft:
+            return Draft.empty()
+        return Draft(draft, None, self.name, self._evidence(first_n))
+
+    def _evidence(self, n: int) -> int:
+        """How long the match behind the draft is: the matched n-gram, extended backwards
+        over its latest earlier occurrence (up to _EVIDENCE_CAP)."""
+        toks = self._mirror.tokens
         end = len(toks)
-        for n in range(min(self.max_ngram, end - 1), self.min_ngram - 1, -1):
-            start = self._last_start.get(tuple(toks[end - n :]))
-            if start is not None:
-                return Draft(toks[start + n : start + n + k], None, self.name, _match_length(toks, start + n, end, n))
-        return Draft.empty()
+        start = self._last_start.get(tuple(toks[end - n :]))
+        if start is None:
+            return n
+        return _match_length(toks, start + n, end, n)
 
     def prefill(self, tokens: Sequence[int]) -> None:
         self.propose(tokens, 0, SamplingParams(), None)  # k = 0: index, don't draft
@@ -114,6 +170,7 @@ class PromptLookupDrafter:
     def reset(self) -> None:
         self._mirror.clear()
         self._last_start.clear()
+        self._counts.clear()
         self._indexed = 0
 
     def forget(self) -> None:
