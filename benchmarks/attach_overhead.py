@@ -2,7 +2,9 @@
 
 8 small HTTP servers (in a child process, so their CPU is not counted) replay the
 /metrics, /slots and /props responses recorded from a real llama-server with speculation
-(tests/fixtures/llamacpp/, cycling through the recorded scrapes so the counters move).
+(tests/fixtures/llamacpp/: five scrapes 1.5 s apart while a request ran; each server plays
+them in order and then keeps answering the last one, so every poll is of a busy server
+and no counter ever goes down).
 The attaching process is the real CLI, `specdash attach URL x8 --watch --json` with its
 output thrown away (or, with --mode fleet, the fleet table in a headless Textual app);
 psutil measures its CPU time over --seconds after a warm-up. Target: < 3% of one core.
@@ -73,7 +75,7 @@ def serve(n: int) -> None:
                     return
                 i = self.seen[path]
                 self.seen[path] = i + 1
-                body = bodies[path][i % len(bodies[path])]
+                body = bodies[path][min(i, len(bodies[path]) - 1)]
                 self.send_response(200)
                 self.send_header("Content-Type", ctypes[path])
                 self.send_header("Content-Length", str(len(body)))

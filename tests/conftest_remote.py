@@ -47,6 +47,17 @@ def as_json(data: Any, status: int = 200) -> Response:
     return status, "application/json; charset=utf-8", json.dumps(data).encode()
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up (a closed source) is not an error worth a traceback."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 class ReplayServer:
     """An HTTP server on 127.0.0.1 (a free port) answering from a Canned table, in a
     daemon thread. 404 for anything else."""
@@ -94,8 +105,7 @@ class ReplayServer:
             do_GET = _answer
             do_POST = _answer
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

@@ -248,7 +248,11 @@ def test_kill_mid_run_goes_down_and_a_restart_is_a_reset(llama_server: LlamaServ
         llama_server.stop()  # SIGKILL mid-request
         down = wait_for(events, lambda e: isinstance(e, E.ServerEvent) and e.state == "down", what="down row")
         assert down.last_seen is not None and time.time() - down.last_seen < 10
-        assert llama_server.url in down.error and "cannot connect" in down.error
+        # The poll in flight at the kill may see the connection drop; the next ones cannot connect.
+        assert llama_server.url in down.error
+        refused = wait_for(events, lambda e: isinstance(e, E.ServerEvent) and "cannot connect" in e.error,
+                           what="connection refused")
+        assert refused.state == "down" and refused.last_seen == down.last_seen
         wait_for(events, lambda e: isinstance(e, E.StatusEvent) and e.state == "down", what="down status")
         assert source.poller.alive  # nothing crashed: it keeps polling
         n_down = sum(1 for e in events if isinstance(e, E.ServerEvent) and e.state == "down")

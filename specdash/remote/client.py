@@ -192,6 +192,10 @@ class Client:
             return RemoteError("unreachable", self.redact(
                 f"{where}: cannot connect ({reason}); is the server running, and is "
                 f"{self.display} its address (http://HOST:PORT)?"))
+        if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+            return RemoteError("unreachable", self.redact(
+                f"{where}: the connection dropped ({type(exc).__name__}); the server stopped, "
+                f"restarted, or is not an HTTP server"))
         return RemoteError("unreachable", self.redact(
             f"{where}: {type(exc).__name__}: {str(exc)[:120]}; is {self.display} an HTTP server?"))
 

@@ -99,14 +99,34 @@ class Scrape:
         return best if counts[best] else None
 
 
-def parse(text: str) -> Scrape:
-    """Prometheus text -> Scrape. Raises NotMetricsError when it is not exposition text:
-    an HTML page or JSON would otherwise parse into nonsense or fail deep inside."""
+# What the backends read; everything else (python_gc_*, http_*, most process_*) is dropped
+# before parsing, which is most of a vLLM page.
+KEEP = (*BACKEND_PREFIXES.values(), "process_start_time_seconds")
+_KEEP_COMMENTS = tuple(f"# {kind} {prefix}" for kind in ("HELP", "TYPE") for prefix in KEEP)
+
+
+def _kept(text: str, keep: tuple[str, ...]) -> str:
+    comments = tuple(f"# {kind} {prefix}" for kind in ("HELP", "TYPE") for prefix in keep) \
+        if keep is not KEEP else _KEEP_COMMENTS
+    lines = [line for line in text.splitlines() if line.startswith(keep) or line.startswith(comments)]
+    return "\n".join(lines) + "\n"
+
+
+def parse(text: str, keep: tuple[str, ...] | None = KEEP) -> Scrape:
+    """Prometheus text -> Scrape, keeping only the metric names that start with `keep`
+    (None: all). Raises NotMetricsError when it is not exposition text: an HTML page or
+    JSON would otherwise parse into nonsense or fail deep inside."""
     head = text.lstrip()[:200].lower()
-    if head.startswith(("<!doctype", "<html", "<?xml", "<")):
+    if head.startswith("<"):
         raise NotMetricsError("an HTML page, not Prometheus metrics")
     if head.startswith(("{", "[")):
         raise NotMetricsError("JSON, not Prometheus metrics")
+    if keep is not None:
+        kept = _kept(text, keep)
+        if not kept.strip() and text.strip():
+            # Nothing we know: parse it all, so garbage is still told from foreign metrics.
+            kept = text
+        text = kept
     scrape = Scrape()
     try:
         for family in text_string_to_metric_families(text):

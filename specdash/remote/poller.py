@@ -13,6 +13,7 @@ connect timeout and nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdash.events import ServerEvent, now
-from specdash.remote.backends import ITL, TTFT, SlotInfo, Snapshot, parse_slots, snapshot
+from specdash.remote.backends import ITL, TTFT, LlamaCppSnapshot, SlotInfo, Snapshot, parse_slots, snapshot
 from specdash.remote.client import Client, RemoteError, model_query
 from specdash.remote.metrics import NotMetricsError, parse
 from specdash.remote.window import CounterWindow, Delta, acceptance_rate, mean_accepted_length
@@ -157,12 +158,19 @@ class ServerWatch:
                 raise RemoteError("unknown_backend", f"{self.url}/metrics: Prometheus metrics, but none "
                                   f"named llamacpp:, vllm: or specdash:; is this an inference server?")
             slots: list[SlotInfo] | None = None
-            if backend == "llamacpp" and self.slots_supported:
+            # /slots matters while a slot is busy (its in-flight n_decoded), and on
+            # (re)connecting (what the slots speculate with); an idle server costs one
+            # request per poll.
+            busy = (scrape.value("llamacpp:requests_processing") or 0) > 0
+            if backend == "llamacpp" and self.slots_supported and (busy or props_changed or self.last is None):
                 data = self.client.get_json_optional("/slots", self._query())
                 if data is None:
                     self.slots_supported = False  # started with --no-slots
                 else:
                     slots = parse_slots(data)
+            elif backend == "llamacpp" and isinstance(self.last, LlamaCppSnapshot):
+                # Idle: the slots as last read, none in flight.
+                slots = [dataclasses.replace(s, is_processing=False, n_decoded=0) for s in self.last.slots]
             snap = snapshot(scrape, backend, slots=slots, props=self.props)
         except RemoteError as exc:
             return self._failed(exc, was_up)
