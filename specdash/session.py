@@ -170,7 +170,10 @@ class Session:
         s = self._spec
         llm = LLM(path, n_ctx=s.ctx, n_threads=s.threads)
         label = spec if spec in known_names() else Path(spec).stem
-        drafter = self._draft_models[spec] = DraftModelDrafter(llm, p_min=s.draft_p_min, label=label)
+        # Decoding one token on a CPU reads the whole model: its size predicts its cost.
+        ratio = path.stat().st_size / max(self.target_path.stat().st_size, 1)
+        drafter = self._draft_models[spec] = DraftModelDrafter(llm, p_min=s.draft_p_min, label=label,
+                                                               relative_cost=ratio)
         return drafter
 
     # --- running --------------------------------------------------------------------

@@ -358,3 +358,23 @@ def test_both_controllers_take_every_call_the_engine_makes(ctl):
     ctl.reset(target_changed=True)  # a new target (expert count): costs forgotten too
     if isinstance(ctl, CostModelController):
         assert ctl.needs_costs() is True and ctl.step_cost(1) is None
+
+
+def test_a_draft_model_that_cannot_pay_is_never_probed():
+    """Priced before paying: with this 2-core box's measured cost curve and a draft 0.44x
+    the target's size (the default pair), even 95% acceptance loses at every K, so the
+    first choice is already K=0, no warm-up draft and no catch-up. On a flat (GPU-like)
+    curve the same draft is worth a probe."""
+    cpu = CostModelController()
+    cpu.seed_costs({1: 40.0, 2: 64.0, 3: 88.0, 5: 144.0, 9: 281.0, 17: 317.0})
+    cpu.price_draft(0.44)
+    k, why = cpu.choose("code")
+    assert k == 0 and "plain wins even at 95%" in why
+    gpu = CostModelController()
+    gpu.seed_costs({1: 20.0, 2: 20.2, 3: 20.4, 5: 20.8, 9: 21.6, 17: 23.2})
+    gpu.price_draft(0.44)
+    k, why = gpu.choose("code")
+    assert k == 4 and "warm-up" in why
+    unknown = CostModelController()
+    unknown.seed_costs({1: 40.0, 2: 64.0, 3: 88.0, 5: 144.0, 9: 281.0, 17: 317.0})
+    assert unknown.choose("code")[0] == 4  # no price: one probe measures it, as before

@@ -68,6 +68,10 @@ class KController(Protocol):
         so its measured step costs no longer hold."""
         ...
 
+    def price_draft(self, relative_cost: float | None) -> None:
+        """The draft model's predicted cost per token relative to a target step."""
+        ...
+
 
 def _check_range(k_min: int, k_max: int) -> None:
     if not 0 <= k_min <= k_max:
@@ -125,6 +129,9 @@ class ThresholdController:
 
     def new_prompt(self) -> None:
         self.reset()  # the baseline rule starts every prompt afresh
+
+    def price_draft(self, relative_cost: float | None) -> None:
+        pass  # the baseline rule looks at acceptance only
 
     def needs_costs(self) -> bool:
         return False  # the baseline rule looks at acceptance only
@@ -278,6 +285,7 @@ class CostModelController:
         self._acc_all = [0.0, 0.0]
         self._free_acc: dict[tuple[str, int], list[float]] = {}  # (source, bucket) -> same
         self._hopeless_at: float | None = None  # s(1) when costs ruled the draft model out
+        self._draft_prior: float | None = None  # draft ms per token / target ms per step, predicted
         self._verdict_after = self.verdict_drafts  # drafting steps needed before a verdict
         self.new_prompt()
 
@@ -287,6 +295,12 @@ class CostModelController:
         self._probe_left = 0
         self._probe_interval = self.probe_every
         self._content = ""
+
+    def price_draft(self, relative_cost: float | None) -> None:
+        """What a drafted token should cost relative to one target step, before any is
+        measured (the draft model's size over the target's: decoding on a CPU is
+        memory-bound). None: unknown, a probe will measure it."""
+        self._draft_prior = relative_cost
 
     # --- estimates ----------------------------------------------------------------------
     def alpha(self, content: str) -> float:
@@ -361,11 +375,11 @@ class CostModelController:
             return 0, "K range is [0, 0]"
         if self.k_min == 0 and 1 not in self._step_cost:
             return 0, "measuring a plain step"
-        if self._draft_ms.count == 0:
-            return self._hold(self.k_init), f"warm-up at K={self.k_init}: nothing drafted yet"
         if self._cannot_pay():
             self._k = 0
             return 0, "drafts cost too much here: plain wins even at 95% acceptance"
+        if self._draft_ms.count == 0:
+            return self._hold(self.k_init), f"warm-up at K={self.k_init}: nothing drafted yet"
         if self._probe_left > 0:
             self._probe_left -= 1
             return self.probe_k, f"probe K={self.probe_k}: is drafting worth it again?"
@@ -406,12 +420,20 @@ class CostModelController:
             self._hopeless_at = None
             self._probe_interval = self.probe_every
             self._verdict_after = self._draft_ms.count + self.verdict_drafts
-        if s1 is None or self._draft_ms.count < self._verdict_after or self.k_min > 0:
+        if s1 is None or self.k_min > 0:
             return False
+        if self._draft_ms.count < self._verdict_after:
+            # No drafting step measured yet: judge the probe itself before paying for it,
+            # on the draft cost the model's size predicts (draft_price). A probe costs a
+            # whole batch plus the draft model's catch-up on every token it sat out.
+            if self._draft_ms.count or self._draft_prior is None:
+                return False
+            d = self._draft_prior * s1
+        else:
+            d = self._draft_ms_min
         # The best acceptance seen for any kind of text, and no less than 0.95: better
         # than draft models manage on real text, so "cannot pay" means cannot.
         a = max([0.95] + [self.alpha(label) for label in self._acc])
-        d = self._draft_ms_min
         best = max(expected_tokens(a, k) / (d * k + self._known_cost(k + 1)) for k in range(1, self.k_max + 1))
         if best * s1 < self.verdict_margin:  # judged at 95%+ acceptance: a noisy step cannot tip it
             self._hopeless_at = s1

@@ -143,6 +143,7 @@ class Engine:
                     self.drafter = new
                     if self.controller:
                         self.controller.reset()
+                        self._price_drafter()
                 case E.SetSampling(temperature, top_k, top_p):
                     changes = {k: v for k, v in
                                (("temperature", temperature), ("top_k", top_k), ("top_p", top_p)) if v is not None}
@@ -157,6 +158,7 @@ class Engine:
                     self.drafter.forget()
                     if self.controller:
                         self.controller.reset()
+                        self._price_drafter()
                 case E.Pause():
                     self.paused = True
                 case E.Resume():
@@ -202,6 +204,15 @@ class Engine:
         self._needs_refeed = True
         if self.controller:  # verify costs measured on the old model no longer hold
             self.controller.reset(target_changed=True)
+            self._price_drafter()
+
+    def _price_drafter(self) -> None:
+        """Tell the controller what the drafter's model parts should cost, so it can
+        refuse a probe that could not pay even at 95% acceptance."""
+        assert self.controller is not None
+        costs = [p.relative_cost for p in self.drafter.parts() if not p.free]
+        known = [c for c in costs if c is not None]
+        self.controller.price_draft(max(known) if known and len(known) == len(costs) else None)
 
     def _drain(self) -> Iterator[Event]:
         """Apply queued commands; while paused, block until resumed or stopped."""
@@ -348,6 +359,7 @@ class Engine:
         self.drafter.reset()
         if self.controller:
             self.controller.new_prompt()
+            self._price_drafter()
         if self.detector is not None:  # the prompt's own class is the prior for the first tokens
             self.detector.reset(target.detokenize(prompt))
         t0 = time.perf_counter()

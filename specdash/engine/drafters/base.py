@@ -47,6 +47,9 @@ class Drafter(Protocol):
     # True when proposing costs next to nothing (lookup, suffix): the adaptive engine then
     # asks for the longest draft and lets the controller cut it, instead of choosing K first.
     free: bool
+    # A drafted token's predicted cost relative to one target step (a draft model: its
+    # size over the target's), for pricing a probe before paying it; None = unknown.
+    relative_cost: float | None
 
     def parts(self) -> Sequence[Drafter]:
         """The sources adaptive mode judges one by one: a chain's members, else [self]."""
@@ -85,6 +88,7 @@ class NoDrafter:
     name = "none"
     label = "none"
     free = True
+    relative_cost: float | None = 0.0
 
     def parts(self) -> Sequence[Drafter]:
         return [self]
@@ -115,6 +119,7 @@ class Borrowed:
         self.name = inner.name
         self.label = inner.label
         self.free = inner.free
+        self.relative_cost = inner.relative_cost
 
     def parts(self) -> Sequence[Drafter]:
         inner = self.inner.parts()

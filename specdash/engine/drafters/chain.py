@@ -24,6 +24,7 @@ class ChainDrafter:
     # Not free as a whole (it may hold a draft model); adaptive mode judges each source
     # on its own (engine/adaptive_draft.py) through `sources`.
     free = False
+    relative_cost: float | None = None  # judged per part
 
     def __init__(self, sources: Sequence[Drafter]):
         if not sources:

@@ -20,8 +20,10 @@ class DraftModelDrafter:
     def parts(self) -> Sequence[Drafter]:
         return [self]
 
-    def __init__(self, llm: LLM, p_min: float = 0.0, label: str | None = None):
+    def __init__(self, llm: LLM, p_min: float = 0.0, label: str | None = None,
+                 relative_cost: float | None = None):
         self.llm = llm
+        self.relative_cost = relative_cost
         self.p_min = p_min  # confidence cut (llama.cpp's --draft-p-min); 0 = off
         self.label = label or llm.path.stem
         self._kv: list[int] = []  # tokens whose KV entries sit in the draft context, in order

@@ -82,6 +82,7 @@ class PromptLookupDrafter:
     name = "lookup"
     label = "lookup"
     free = True
+    relative_cost: float | None = 0.0
 
     def parts(self) -> Sequence[Drafter]:
         return [self]

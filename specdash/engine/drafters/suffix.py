@@ -84,6 +84,7 @@ class SuffixDrafter:
     name = "suffix"
     label = "suffix"
     free = True
+    relative_cost: float | None = 0.0
 
     def parts(self) -> Sequence[Drafter]:
         return [self]
