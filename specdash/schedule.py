@@ -2,10 +2,13 @@
 
 A schedule is lines of `STEP: COMMAND [COMMAND ...]` in the command syntax of
 specdash/events.py (`k=8`, `draft=lookup`, `temp=0.7`, `adaptive=on`, `experts=2`,
-`pause=2s`, ...). `#` starts a comment. STEP counts engine steps of the run from 1: the
-commands are sent after step STEP, through the same command queue the dashboard uses, so
-the engine applies them before step STEP + 1 and reports each in a SettingsEvent (or a
-notice, when it refuses one).
+`pause=2s`, ...). `#` starts a comment; commands split like shell words, so a path with
+spaces can be quoted. STEP counts engine steps of the run from 1: the commands are sent
+after step STEP, through the same command queue the dashboard uses, so the engine applies
+them before step STEP + 1 and reports each in a SettingsEvent whose `command` is the
+command's text (or a warning notice "COMMAND refused: ...; kept ..."). A bare `pause` is
+refused: the engine blocks while paused and nothing in a schedule could resume it.
+Commands sent after the run's last step are never applied (`Schedule.unapplied`).
 
 Example:
 
@@ -17,7 +20,7 @@ Example:
 
 from __future__ import annotations
 
-import re
+import shlex
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -37,17 +40,21 @@ class Entry:
 
 def parse_line(text: str, where: str) -> list[Entry]:
     """One `STEP: COMMAND ...` line; [] for blank lines and comments. SpecdashError names
-    `where` and the bad token."""
-    body = text.split("#", 1)[0].strip()
-    if not body:
+    `where` and the bad token. Commands split like a shell's words, so a model path with
+    spaces can be quoted: `10: draft="/models/my draft.gguf"`."""
+    body = text.strip()
+    if not body or body.startswith("#"):
         return []
-    m = re.fullmatch(r"(\S+?)\s*:\s*(.*)", body)
-    if not m:
-        raise SpecdashError(f"{where}: {body!r}: expected STEP: COMMAND, e.g. `10: k=8`")
-    step_text, rest = m.groups()
-    if not step_text.isdigit() or int(step_text) < 1:
+    step_text, colon, rest = body.partition(":")
+    step_text = step_text.strip()
+    if not colon or not step_text or any(c.isspace() for c in step_text):
+        raise SpecdashError(f"{where}: {body[:60]!r}: expected STEP: COMMAND, e.g. `10: k=8`")
+    if not step_text.isascii() or not step_text.isdigit() or int(step_text) < 1:
         raise SpecdashError(f"{where}: step {step_text!r}: must be a whole number >= 1")
-    tokens = rest.split()
+    try:
+        tokens = shlex.split(rest, comments=True)
+    except ValueError as exc:  # an unclosed quote
+        raise SpecdashError(f"{where}: {rest.strip()!r}: {exc}") from None
     if not tokens:
         raise SpecdashError(f"{where}: step {step_text} has no command; use {E.SCHEDULE_SYNTAX}")
     out = []
@@ -56,6 +63,10 @@ def parse_line(text: str, where: str) -> list[Entry]:
             command, pause_s = E.parse_command(token)
         except E.ContractError as exc:
             raise SpecdashError(f"{where}: {exc}") from None
+        if isinstance(command, E.Pause) and pause_s <= 0:
+            # The engine blocks while paused and a schedule only acts after steps: nothing
+            # would ever resume it.
+            raise SpecdashError(f"{where}: {token!r}: a scheduled pause needs a duration, e.g. pause=2s")
         out.append(Entry(int(step_text), command, pause_s, where))
     return out
 
@@ -88,16 +99,19 @@ class Schedule:
 
     def __init__(self, entries: Iterable[Entry], send: Callable[[E.Command], None],
                  timer: Callable[[float, Callable[[], None]], None] | None = None):
-        self._pending = sorted(entries, key=lambda e: e.step)
+        self._pending = sorted(entries, key=lambda e: e.step)  # stable: file order within a step
         self._send = send
         self._timer = timer or _thread_timer
         self.sent: list[Entry] = []
+        self._last_batch: list[Entry] = []  # sent after the latest step
 
     def after_step(self, step: int) -> None:
+        self._last_batch = []
         while self._pending and self._pending[0].step <= step:
             entry = self._pending.pop(0)
             self._send(entry.command)
             self.sent.append(entry)
+            self._last_batch.append(entry)
             if entry.pause_s > 0:
                 # The engine blocks while paused; the Resume comes from another thread.
                 self._timer(entry.pause_s, lambda: self._send(E.Resume()))
@@ -106,6 +120,16 @@ class Schedule:
     def left(self) -> list[Entry]:
         """Entries whose step the run never reached."""
         return list(self._pending)
+
+    def unapplied(self, stopped: bool = False) -> list[Entry]:
+        """Once the run has ended: the entries it never applied. The engine applies
+        commands before a step, so those sent after the last step never ran either,
+        unless a scheduled `stop` ended the run (`stopped`): then the batch ran up to it."""
+        batch = self._last_batch
+        if stopped:
+            stops = [i for i, e in enumerate(batch) if isinstance(e.command, E.Stop)]
+            batch = batch[stops[0] + 1:] if stops else batch
+        return batch + self._pending
 
 
 def _thread_timer(seconds: float, action: Callable[[], None]) -> None:

@@ -21,7 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Without --json the text streams to stdout and a one-line summary goes to stderr; "
         "with --json every event is a JSON object on its own line (specdash/events.py).",
         epilog="Schedules: lines of `STEP: COMMAND ...`, e.g. `10: k=8` or `25: draft=suffix pause=2s`; "
-        f"commands: {E.SCHEDULE_SYNTAX}. Commands are sent after step STEP and apply before the next.",
+        f"commands: {E.SCHEDULE_SYNTAX}. Commands are sent after step STEP and apply before the next; "
+        "with --json each applied command shows as a settings line whose `command` is its text, and "
+        "each refused one as a warning notice. # starts a comment.",
     )
     add_engine_arguments(p)
     add_prompt_arguments(p, required=True)
@@ -78,19 +80,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"metrics on {exporter.url}", file=sys.stderr)
     session = Session(config.engine, progress=stderr_progress())
     schedule = Schedule(entries, session.send)
+    stopped = False
     try:
         for ev in session.run(prompt):
             for sink in sinks:
                 sink(ev)
             if isinstance(ev, StepEvent):
                 schedule.after_step(ev.step)
+            elif isinstance(ev, Summary):
+                stopped = ev.stop_reason == "stopped"
     finally:
         session.close()
         for close in closers:
             close()
-    if schedule.left:
-        steps = ", ".join(f"{e.where}" for e in schedule.left)
-        print(f"specdash: note: the run ended before these scheduled steps: {steps}", file=sys.stderr)
+    unapplied = schedule.unapplied(stopped)
+    if unapplied:
+        which = ", ".join(f"{e.where} ({e.command.text()} after step {e.step})" for e in unapplied)
+        print(f"specdash: note: the run ended before these scheduled commands applied: {which}", file=sys.stderr)
     return 0
 
 

@@ -172,9 +172,16 @@ class Engine:
             yield NoticeEvent("warning", f"{cmd.text()} refused: {exc.reason}; kept {self._kept(cmd)}", t=E.now())
             return
         except SpecdashError as exc:
-            yield NoticeEvent("warning", str(exc), t=E.now())
+            yield NoticeEvent("warning", self._refusal(cmd, str(exc)), t=E.now())
             return
         yield self.settings_event(cmd.text())
+
+    def _refusal(self, cmd: E.Command, why: str) -> str:
+        """A refusal notice that names the command as typed (`run --schedule` output is
+        matched against it) and what stays in force."""
+        head = f"{cmd.text()} refused"
+        message = why if why.startswith(head) else f"{head}: {why}"
+        return message if "kept" in why else f"{message}; kept {self._kept(cmd)}"
 
     def _kept(self, cmd: E.Command) -> str:
         """What stays in force after `cmd` was refused, for the notice."""
@@ -184,6 +191,12 @@ class Engine:
                 return f"k={s.k}"
             case E.SetSampling():
                 return f"temp={s.sampling.temperature:g} top_k={s.sampling.top_k} top_p={s.sampling.top_p:g}"
+            case E.SetDrafter():
+                return f"draft={s.draft}"
+            case E.SetExperts():
+                return f"experts={s.experts}" if s.experts is not None else "the model's own expert count"
+            case E.SetAdaptive():
+                return f"adaptive={'on' if s.adaptive else 'off'}"
             case _:
                 return "the previous settings"
 
