@@ -50,10 +50,18 @@ def fold(events) -> DashState:
     return state
 
 
+class _Close(float):
+    """A float equal to any other within 1e-4 relative: recordings keep 6 decimals."""
+
+    def __eq__(self, other):
+        return isinstance(other, float) and abs(self - other) <= 1e-4 * max(abs(self), abs(other), 1e-3)
+
+    __hash__ = float.__hash__
+
+
 def _approx(value):
-    """Recordings keep 6 decimals (microseconds): compare at 4."""
     if isinstance(value, float):
-        return round(value, 4)
+        return _Close(value)
     if isinstance(value, dict):
         return {k: _approx(v) for k, v in value.items() if k != "schema"}
     if isinstance(value, (list, tuple)):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from textual.color import Color, ColorParseError
-from textual_hires_canvas import Canvas, HiResMode, TextAlign
+from textual_hires_canvas import Canvas, HiResMode
 from textual_plot import LegendLocation, PlotWidget
 from textual_plot.axis_formatter import NumericAxisFormatter
 

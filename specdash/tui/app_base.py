@@ -1,0 +1,473 @@
+"""The dashboard's core: the event path from a source to the panels, availability, and the
+source's lifecycle. The keys live in app_controls.py and app_tuning.py; app.py puts them
+together. It renders what a source reports, sends the operator's commands, decides
+nothing about decoding and never touches engine state.
+
+The source (the embedded engine, a recording, a remote server) runs in its own thread(s)
+and hands contract events to an Outbox; the Outbox pings with one replaceable
+SourceUpdate message, so pings never pile up. `_ingest` is the one path every event
+takes: into the reducer (tui/reducer.py), then out to the panels. Telemetry of this
+machine is sampled on a timer re-armed after each poll (polls cannot overlap) and enters
+the same path as a TelemetryEvent. Errors from a source arrive as StatusEvent("error")
+and are shown by one handler; the app stays alive and `r` starts a new source with the
+last good settings.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from textual import events
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Container, Grid
+from textual.markup import escape
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from specdash import events as E
+from specdash.engine.settings import LIMIT, EngineSettings
+from specdash.errors import SpecdashError
+from specdash.events import Event, NoticeEvent, StatusEvent, StepEvent
+from specdash.sources.base import Outbox, Source
+from specdash.sources.embedded import EmbeddedSource, PromptQueue, SessionFactory, WorkItem
+from specdash.telemetry import Hint
+from specdash.tui.controls import BY_ACTION, CONTROLS, footer_state, why_unavailable
+from specdash.tui.panels import (
+    AcceptancePanel,
+    CpuPanel,
+    GenerationPanel,
+    KPanel,
+    NumaPanel,
+    Panel,
+    ThroughputPanel,
+)
+from specdash.tui.live_stats import LiveStats
+from specdash.tui.reducer import DashState
+from specdash.sweep import Sweep
+from specdash.tui.screens.sweep import SweepScreen
+from specdash.tui.screens.help import HelpScreen
+from specdash.tui.status import StatusLine
+from specdash.tui.themes import VARIABLE_DEFAULTS, load_themes
+
+TEMPERATURE = LIMIT["temperature"]
+
+# + and - share one footer entry ("+ - K") to leave room for the rest at 80 columns.
+_K_KEYS = Binding.Group("K", compact=True)
+
+# A source for the given settings (None: the ones the dashboard started with).
+SourceFactory = Callable[[EngineSettings, PromptQueue], Source]
+
+
+class SourceUpdate(Message):
+    """The source left something in the outbox."""
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, SourceUpdate)
+
+
+@dataclass(slots=True)
+class DashboardOptions:
+    settings: EngineSettings
+    prompt: str | None = None  # None: cycle the built-in workload
+    workload: list[WorkItem] = field(default_factory=list)
+    theme: str = "specdash-dark"
+    refresh: float = 1.0
+    screenshots_dir: str = "~/specdash-screenshots"
+    config_path: Path | None = None  # where `w` offers to write
+    window: float = 60.0  # seconds of decode time the time charts show
+    sweep_ks: tuple[int, ...] = (0, 2, 4, 8, 12, 16, 24)
+    sweep_rounds: int = 2
+    sweep_tokens: int = 96
+    sweep_at_start: bool = False  # `specdash sweep`: open the sweep view on the first prompt
+
+
+class DashboardBase(App[int]):
+    CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses live elsewhere
+    TITLE = "specdash"
+    # The full layout (app.tcss: Screen.-wide.-tall) from this size up; compact below.
+    WIDE_COLUMNS, TALL_ROWS = 120, 36
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (TALL_ROWS, "-tall")]
+
+    BINDINGS = [
+        Binding("plus,equals_sign", "k_up", "K up", key_display="+", id="k.up", group=_K_KEYS),
+        Binding("minus", "k_down", "K down", key_display="-", id="k.down", group=_K_KEYS),
+        Binding("d", "pick_draft", "draft", id="draft.pick"),
+        Binding("t", "set_temperature", "temp", id="sampling.temperature"),
+        Binding("space", "toggle_pause", "pause", key_display="␣", id="engine.pause"),
+        Binding("n", "new_prompt", "new", id="prompt.new"),
+        Binding("a", "toggle_adaptive", "adapt", id="k.adaptive"),
+        Binding("e", "set_experts", "experts", id="target.experts"),
+        Binding("left_square_bracket", "slower", "slower", key_display="[", id="replay.slower"),
+        Binding("right_square_bracket", "faster", "faster", key_display="]", id="replay.faster"),
+        Binding("left", "seek_back", "-10s", key_display="←", id="replay.back"),
+        Binding("right", "seek_forward", "+10s", key_display="→", id="replay.forward"),
+        Binding("home", "seek_start", "start", show=False, id="replay.start"),
+        Binding("end", "seek_end", "end", show=False, id="replay.end"),
+        Binding("k", "sweep", "sweep", id="k.sweep"),
+        Binding("x", "export", "export", show=False, id="config.export"),
+        Binding("s", "screenshot", "shot", id="app.screenshot"),
+        # In the help screen and the palette; the footer has no room left at 80 columns.
+        Binding("w", "write_config", "save", id="config.write", show=False),
+        Binding("r", "restart", "restart", id="engine.restart"),
+        Binding("question_mark", "help", "help", key_display="?", id="app.help"),
+        Binding("q", "quit", "quit", id="app.quit"),
+    ]
+
+    def __init__(
+        self,
+        options: DashboardOptions,
+        *,
+        session_factory: SessionFactory | None = None,
+        source_factory: SourceFactory | None = None,
+        sampler: Any = None,
+        cpu_meter: Callable[[], float | None] | None = None,
+        hints: Callable[[], list[Hint]] | None = None,
+        local_telemetry: bool = True,
+        flush_interval: float = 0.25,
+    ):
+        """The source: `source_factory`, or the embedded engine built with
+        `session_factory`. sampler (sample() -> TelemetrySnapshot), cpu_meter and hints
+        default to the real machine; tests inject fixed ones. local_telemetry=False for
+        sources on another machine (attach) or from another time (replay)."""
+        super().__init__()
+        self.options = options
+        if source_factory is None:
+            if session_factory is None:
+                raise ValueError("SpecdashApp needs a session_factory or a source_factory")
+            factory = session_factory
+
+            def embedded(settings: EngineSettings, prompts: PromptQueue) -> Source:
+                return EmbeddedSource(factory, settings, prompts)
+
+            source_factory = embedded
+        self._source_factory = source_factory
+        self._local_telemetry = local_telemetry
+        if local_telemetry and sampler is None:
+            from specdash.telemetry import TelemetrySampler
+
+            sampler = TelemetrySampler()
+        if local_telemetry and cpu_meter is None:
+            from specdash.tui.ui_cpu import DashboardCpuMeter
+
+            cpu_meter = DashboardCpuMeter(lambda: self.engine_thread.native_id if self.engine_thread else None).sample
+        if hints is None:
+            if local_telemetry:
+                from specdash.telemetry import collect_hints
+
+                hints = partial(collect_hints, threads=options.settings.threads)
+            else:
+                hints = list
+        self._sampler = sampler
+        self._cpu_meter = cpu_meter or (lambda: None)
+        self._hints = hints
+        self._flush_interval = flush_interval
+        self.state = DashState(window=options.window)
+        self.source: Source | None = None
+        self._outbox: Outbox | None = None
+        self._k_request: int | None = None  # K asked for, until a SettingsEvent confirms
+        self._speed_request: float | None = None  # replay speed asked for, until a ReplayEvent confirms
+        self._typed: WorkItem | None = None  # the operator's last prompt from `n`
+        self._quitting = False
+        self._bindings_key: tuple[object, ...] | None = None
+        self._panels_events = -1
+        self._listeners: list[Callable[[Event], None]] = []  # recorders, exporters
+        self.sweep: Sweep | None = None  # the K sweep in progress or on screen
+        self.on_exit_callbacks: list[Callable[[], None]] = []  # close them when the app ends
+        for theme in load_themes().values():
+            self.register_theme(theme)
+
+    # --- what tests and the CLI read ------------------------------------------------------
+    @property
+    def stats(self) -> LiveStats:
+        return self.state.stats
+
+    @property
+    def engine_state(self) -> str:
+        return self.state.state
+
+    @property
+    def engine_error(self) -> str:
+        return self.state.message if self.state.state == "error" else ""
+
+    @property
+    def prompt_title(self) -> str:
+        return self.state.prompt_title
+
+    @property
+    def engine_events(self) -> int:
+        return self.state.events
+
+    @property
+    def engine_thread(self) -> threading.Thread | None:
+        """The embedded engine's thread, when the source is one."""
+        return self.source.thread if isinstance(self.source, EmbeddedSource) else None
+
+    @property
+    def panels_current(self) -> bool:
+        """Every event received so far is reflected in the numbers and charts."""
+        return self._panels_events == self.state.events and not (self._outbox and self._outbox.items)
+
+    def add_listener(self, listener: Callable[[Event], None]) -> None:
+        """Also hand every event to `listener` (a recorder, a metrics exporter)."""
+        self._listeners.append(listener)
+
+    # --- layout -------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        with Grid(id="panels"):
+            yield GenerationPanel(id="generation")
+            yield AcceptancePanel(id="acceptance")
+            yield ThroughputPanel(id="throughput")
+            yield KPanel(id="kpanel")
+            yield CpuPanel(id="cpu")
+            yield NumaPanel(id="numa")
+            # Shown in the wide layout only; at 80x24 the warnings arrive as a notification.
+            with Container(id="hints", classes="panel"):
+                yield Static(id="hints-view")
+        yield StatusLine(id="status")
+        # The palette key is in the help screen; at 80 columns the footer needs its room.
+        yield Footer(compact=True, show_command_palette=False)
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(VARIABLE_DEFAULTS)
+
+    def on_mount(self) -> None:
+        # References, not queries, from here on: a query runs on the *active* screen,
+        # which is a dialog while one is open.
+        self._gen = self.query_one(GenerationPanel)
+        self._panels: list[Panel] = list(self.query(Panel))
+        self._status = self.query_one(StatusLine)
+        self.theme = self.options.theme
+        self._start_source(self.options.settings, self._initial_queue())
+        self._show_hints()
+        self._poll_telemetry()
+        self._update_panels()
+
+    def _show_hints(self) -> None:
+        """Machine settings that change inference speed (threads, OpenMP, NUMA, huge
+        pages), read once: they do not change while the dashboard runs."""
+        try:
+            hints = self._hints()
+        except SpecdashError as exc:
+            hints = [Hint("warn", "hints", str(exc), "")]
+        marks = {"warn": ("⚠", "$warning"), "info": ("·", "$text-muted"), "ok": ("✓", "$success")}
+        lines = [f"[{marks[h.level][1]}]{marks[h.level][0]}[/] {escape(h.message)}" for h in hints]
+        self.query_one("#hints-view", Static).update("\n".join(lines))
+        warnings = [h.message for h in hints if h.level == "warn"]
+        self.query_one("#hints").border_title = f"System · {len(warnings)} warning{'s' if len(warnings) != 1 else ''}"
+        full_layout = self.size.width >= self.WIDE_COLUMNS and self.size.height >= self.TALL_ROWS
+        if warnings and not full_layout:
+            self.notify("\n".join(warnings), title="System hints", severity="warning", timeout=10)
+
+    # --- the source -----------------------------------------------------------------------
+    def _initial_queue(self) -> PromptQueue:
+        if self.options.prompt is not None:
+            queue = PromptQueue()
+            queue.push(WorkItem("your prompt", self.options.prompt))
+            return queue
+        return PromptQueue(self.options.workload)
+
+    def _start_source(self, settings: EngineSettings, prompts: PromptQueue) -> None:
+        if self.source is not None:
+            self.source.close()
+        def ping() -> None:
+            self.post_message(SourceUpdate())
+
+        outbox = self._outbox = Outbox(ping, flush_interval=self._flush_interval)
+        self.source = self._source_factory(settings, prompts)
+        self.state.state, self.state.message = "loading", ""
+        self.source.start(outbox.emit)
+        self._refresh_bindings_if_changed()
+
+    def on_source_update(self, _message: SourceUpdate) -> None:
+        self._drain()
+
+    def _drain(self) -> None:
+        if self._outbox is None or self._quitting:
+            return
+        self._ingest(self._outbox.drain())
+
+    def _ingest(self, events: Iterable[Event]) -> None:
+        """The one path every event takes: reducer, listeners, then the screen. Text
+        streams as it comes; numbers and charts redraw on the refresh timer, or at once
+        when something other than a step arrived (a command applied, a pause, a new
+        prompt), so the operator sees the effect of a key without waiting."""
+        urgent = False
+        any_event = False
+        for ev in events:
+            any_event = True
+            self.state.feed(ev)
+            for listener in self._listeners:
+                listener(ev)
+            if self.sweep is not None and not self.sweep.finished:
+                self._drive_sweep(ev)
+            elif self.options.sweep_at_start and isinstance(ev, E.PromptEvent):
+                self.options.sweep_at_start = False
+                self.call_later(self.action_sweep)
+            match ev:
+                case StepEvent() | E.CountersEvent() | E.TelemetryEvent():
+                    continue
+                case E.SettingsEvent():
+                    self._k_request = None
+                case E.ReplayEvent(speed=speed) if speed == self._speed_request:
+                    self._speed_request = None
+                case NoticeEvent(level=level, message=message):
+                    severity = {"error": "error", "warning": "warning"}.get(level, "information")
+                    self.notify(message, severity=severity,  # type: ignore[arg-type]
+                                timeout=6 if severity != "information" else 3)
+                case StatusEvent(state="error", message=message):
+                    self.notify(message, title="Engine stopped", severity="error", timeout=15)
+                case StatusEvent(state="down", message=message):
+                    self.notify(message, title="Server down", severity="error", timeout=8)
+            urgent = True
+        if not any_event:
+            return
+        self._gen.show_text(self.state)
+        if urgent:
+            self._update_panels()
+            self._refresh_bindings_if_changed()
+
+    # Hooks the tuning actions (app_tuning.py) fill in.
+    def _drive_sweep(self, ev: Event) -> None:
+        """Feed the sweep in progress; send what it asks for."""
+
+    def action_sweep(self) -> None:
+        """Open the K sweep view."""
+
+    # --- panels -------------------------------------------------------------------------
+    def _update_panels(self) -> None:
+        self._panels_events = self.state.events
+        for panel in self._panels:
+            panel.show(self.state)
+        settings = self.options.settings
+        self._status.show(self.state, (settings.target, settings.draft))
+
+    # --- telemetry ----------------------------------------------------------------------
+    def _poll_telemetry(self) -> None:
+        if self._quitting:
+            return
+        try:
+            if self._local_telemetry and self._sampler is not None:
+                self._ingest([E.TelemetryEvent.of(self._sampler.sample(), self._cpu_meter())])
+            # Also catches a step flushed just before the source went quiet (a slow
+            # drafter swap) that would otherwise wait for the next ping.
+            self._drain()
+            self._update_panels()
+        finally:
+            if not self._quitting:
+                self.set_timer(self.options.refresh, self._poll_telemetry)
+
+    # --- availability -------------------------------------------------------------------
+    def _refresh_bindings_if_changed(self) -> None:
+        # The footer rebuilds itself on every refresh_bindings (a full layout): only ask
+        # when something availability depends on has changed.
+        st = self.state.settings
+        key = (self.state.state, st.adaptive if st else None, tuple(sorted(st.unavailable)) if st else None)
+        if key != self._bindings_key:
+            self._bindings_key = key
+            self.refresh_bindings()
+
+    def _sweeping(self) -> bool:
+        return self.sweep is not None and not self.sweep.finished
+
+    def why_unavailable(self, action: str) -> str:
+        control = BY_ACTION.get(action)
+        if self._sweeping() and control is not None and control.command is not None:
+            return "a K sweep drives the engine now: Esc in the sweep view cancels it"
+        return why_unavailable(action, self.state)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        control = BY_ACTION.get(action)
+        if isinstance(self.screen, SweepScreen) and control is not None and control.command is not None:
+            return False  # the sweep view owns the engine; its own keys are in its footer
+        return footer_state(action, self.state)
+
+    def on_key(self, event: events.Key) -> None:
+        """A key whose control the footer hides (the source cannot do it: K on a recording,
+        experts on a dense model) reaches here instead of its action: say why."""
+        for binding in self.BINDINGS:
+            assert isinstance(binding, Binding)
+            if event.key in binding.key.split(","):
+                reason = self.why_unavailable(binding.action)
+                if reason and self.check_action(binding.action, ()) is False:
+                    self.notify(reason, severity="warning", timeout=4)
+                    event.stop()
+                return
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        for command in super().get_system_commands(screen):
+            if command.title != "Screenshot":  # ours also writes the stats beside the SVG
+                yield command
+        for control in CONTROLS:
+            if control.action != "quit" and not self.why_unavailable(control.action):
+                title = f"{control.description[0].upper()}{control.description[1:]} ({control.key})"
+                yield SystemCommand(title, "", getattr(self, f"action_{control.action}"))
+
+    # --- actions ------------------------------------------------------------------------
+    def _send(self, cmd: E.Command) -> None:
+        if self.source is not None:
+            self.source.send(cmd)
+        if self.state.state == "idle":
+            # The engine applies commands between steps; between prompts there are none.
+            self.notify("noted: it applies when the next prompt starts (n)", timeout=4)
+
+    def _current_k(self) -> int:
+        if self._k_request is not None:
+            return self._k_request
+        st = self.state.settings
+        return st.k if st is not None and st.k is not None else self.options.settings.k
+
+    def _refused(self, action: str) -> bool:
+        reason = self.why_unavailable(action)
+        if reason:
+            self.notify(reason, severity="warning", timeout=4)
+        return bool(reason)
+
+    def _last_good_settings(self) -> EngineSettings:
+        """What the source last reported, else what the dashboard started with."""
+        from specdash.config import settings_from_event
+
+        st = self.state.settings
+        if st is None or st.source not in ("engine", "replay"):
+            return self.options.settings
+        return settings_from_event(st, self.options.settings)
+
+    def _restart_with(self, prompts: PromptQueue) -> None:
+        self._start_source(self._last_good_settings(), prompts)
+
+    def action_restart(self) -> None:
+        if self.state.state != "error":
+            return
+        # Start over where the operator was: their last typed prompt, else as launched.
+        queue = PromptQueue() if self._typed else self._initial_queue()
+        if self._typed:
+            queue.push(self._typed)
+        self._restart_with(queue)
+
+    def action_help(self) -> None:
+        controls = [(c.key, c.description, self.why_unavailable(c.action)) for c in CONTROLS]
+        self.push_screen(HelpScreen(controls))
+
+    async def action_quit(self) -> None:
+        self._stop_source()
+        self.exit(0)
+
+    def on_unmount(self) -> None:
+        # Every way out (q, ctrl+q, the palette, app.exit in tests) passes here. The
+        # engine thread must end: Python waits for it before the process can exit.
+        self._stop_source()
+
+    def _stop_source(self) -> None:
+        self._quitting = True
+        if self.source is not None:
+            self.source.close()
+        callbacks, self.on_exit_callbacks = self.on_exit_callbacks, []
+        for callback in callbacks:
+            callback()

@@ -1,0 +1,178 @@
+"""The dashboard's keys that steer the source: K, drafter, temperature, pause, adaptive,
+experts, a new prompt, and a replay's speed and position. Each sends a command; none
+decides anything about decoding. A mixin of SpecdashApp (tui/app.py), split out to keep
+the app about the event path."""
+
+from __future__ import annotations
+
+from specdash import events as E
+from specdash.tui.app_base import DashboardBase
+from specdash.engine.settings import LIMIT
+from specdash.errors import SpecdashError
+from specdash.sources.embedded import PromptQueue, WorkItem
+from specdash.tui.screens.ask import AskScreen
+from specdash.tui.screens.draft_picker import DraftPicker, draft_choices
+from specdash.tui.status import short
+
+
+TEMPERATURE = LIMIT["temperature"]
+
+
+class SourceControls(DashboardBase):
+    def action_k_up(self) -> None:
+        if self._refused("k_up"):
+            return
+        k = self._current_k()
+        if k >= LIMIT["k"].hi:  # type: ignore[operator]
+            self.notify(f"K is already {k}, the most the engine takes", severity="warning")
+            return
+        self._k_request = k + 1
+        self._send(E.SetK(self._k_request))
+
+    def action_k_down(self) -> None:
+        if self._refused("k_down"):
+            return
+        k = self._current_k()
+        if k <= 0:
+            self.notify("K is already 0 (plain decoding); it cannot go lower", severity="warning")
+            return
+        self._k_request = k - 1
+        self._send(E.SetK(self._k_request))
+
+    def action_pick_draft(self) -> None:
+        if self._refused("pick_draft"):
+            return
+        st = self.state.settings
+        current = st.draft or st.drafter if st else self.options.settings.draft
+        try:
+            choices = draft_choices()
+        except SpecdashError as exc:
+            self.notify(str(exc), severity="error")
+            return
+
+        def chosen(spec: str | None) -> None:
+            if spec:
+                self._send(E.SetDrafter(spec))
+                self.notify(f"switching draft to {spec}…", timeout=2)
+
+        self.push_screen(DraftPicker(choices, current), chosen)
+
+    def action_set_temperature(self) -> None:
+        if self._refused("set_temperature"):
+            return
+        st = self.state.settings
+        current = st.temperature if st and st.temperature is not None else self.options.settings.sampling.temperature
+
+        def check(text: str) -> str | None:
+            try:
+                value = float(text)
+            except ValueError:
+                return f"temperature {text!r} is not a number; use 0 (greedy) to {TEMPERATURE.hi:g}"
+            try:
+                TEMPERATURE.coerce(value)
+            except ValueError:
+                return f"temperature {value:g} is out of range; use 0 (greedy) to {TEMPERATURE.hi:g}"
+            return None
+
+        def chosen(text: str | None) -> None:
+            if text is not None:
+                self._send(E.SetSampling(temperature=float(text)))
+
+        self.push_screen(
+            AskScreen("Temperature", f"{current:g}", f"0 = greedy, up to {TEMPERATURE.hi:g}. Enter applies, Esc cancels.", check),
+            chosen,
+        )
+
+    def action_toggle_pause(self) -> None:
+        if self._refused("toggle_pause"):
+            return
+        if self.state.replay is not None:
+            self._send(E.Pause() if self.state.replay.playing else E.Resume())
+            return
+        st = self.state.settings
+        self._send(E.Resume() if st and st.paused else E.Pause())
+
+    # --- replay ---------------------------------------------------------------------------
+    def _replay(self, action: str, cmd: E.Command) -> None:
+        if not self._refused(action):
+            self._send(cmd)
+
+    def _speed_step(self, direction: int) -> float:
+        from specdash.sources.replay import SPEEDS
+
+        # From the speed asked for last, until the replay confirms it: quick presses add up.
+        now = self._speed_request or (self.state.replay.speed if self.state.replay else 1.0)
+        i = min(range(len(SPEEDS)), key=lambda j: abs(SPEEDS[j] - now))
+        self._speed_request = SPEEDS[min(max(i + direction, 0), len(SPEEDS) - 1)]
+        return self._speed_request
+
+    def action_slower(self) -> None:
+        self._replay("slower", E.SetSpeed(self._speed_step(-1)))
+
+    def action_faster(self) -> None:
+        self._replay("faster", E.SetSpeed(self._speed_step(+1)))
+
+    def action_seek_back(self) -> None:
+        self._replay("seek_back", E.Seek(by=-10.0))
+
+    def action_seek_forward(self) -> None:
+        self._replay("seek_forward", E.Seek(by=10.0))
+
+    def action_seek_start(self) -> None:
+        self._replay("seek_start", E.Seek(to=0.0))
+
+    def action_seek_end(self) -> None:
+        self._replay("seek_end", E.Seek())
+
+    def action_toggle_adaptive(self) -> None:
+        if self._refused("toggle_adaptive"):
+            return
+        st = self.state.settings
+        on = st.adaptive if st else self.options.settings.adaptive
+        self._send(E.SetAdaptive(not on))
+
+    def action_set_experts(self) -> None:
+        if self._refused("set_experts"):
+            return
+        st = self.state.settings
+        if st is None or not st.expert_count:
+            return
+        count = st.expert_count
+
+        def check(text: str) -> str | None:
+            if not text.strip().isdigit() or not 1 <= int(text) <= count:
+                return f"experts {text!r} refused: use a whole number 1..{count}"
+            return None
+
+        def chosen(text: str | None) -> None:
+            if text is not None:
+                self._send(E.SetExperts(int(text)))
+
+        self.push_screen(
+            AskScreen("Active experts", str(st.experts_active or count), f"1..{count}; the target reloads and continues where it was.", check),
+            chosen,
+        )
+
+    def action_new_prompt(self) -> None:
+        if self._refused("new_prompt"):
+            return
+
+        def check(text: str) -> str | None:
+            return None if text.strip() else "the prompt is empty"
+
+        def chosen(text: str | None) -> None:
+            if text is None:
+                return
+            item = self._typed = WorkItem(short(text.strip().splitlines()[0], 50), text)
+            if self.state.alive or self.state.state == "loading":
+                self._send(E.NewPrompt(item.text, item.title))
+            else:  # the source died: a new prompt restarts it
+                queue = PromptQueue()
+                queue.push(item)
+                self._restart_with(queue)
+
+        self.push_screen(
+            AskScreen("New prompt", "", "Enter starts it (the current prompt stops). For long prompts use --prompt-file.", check),
+            chosen,
+        )
+
