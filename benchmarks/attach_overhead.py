@@ -51,6 +51,14 @@ def recorded() -> dict[str, list[bytes]]:
     return out
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 def serve(n: int) -> None:
     """Child mode: n replaying servers; prints their URLs as one JSON line; runs until stdin closes."""
     bodies = recorded()
@@ -82,7 +90,7 @@ def serve(n: int) -> None:
                 self.end_headers()
                 self.wfile.write(body)
 
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        httpd = _QuietServer(("127.0.0.1", 0), Handler)
         httpd.daemon_threads = True
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
         servers.append(httpd)

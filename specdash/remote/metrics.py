@@ -99,22 +99,31 @@ class Scrape:
         return best if counts[best] else None
 
 
-# What the backends read; everything else (python_gc_*, http_*, most process_*) is dropped
-# before parsing, which is most of a vLLM page.
-KEEP = (*BACKEND_PREFIXES.values(), "process_start_time_seconds")
-_KEEP_COMMENTS = tuple(f"# {kind} {prefix}" for kind in ("HELP", "TYPE") for prefix in KEEP)
+# The families the backends read (specdash/remote/backends.py). Everything else (HELP
+# lines, python_gc_*, http_*, llama.cpp's *_seconds gauges...) is dropped before parsing:
+# the parser is most of a poll's own CPU, and these are most of the page.
+KEEP = (
+    "llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total", "llamacpp:n_decode_total",
+    "llamacpp:spec_decode_", "llamacpp:requests_processing", "llamacpp:requests_deferred",
+    "vllm:generation_tokens", "vllm:prompt_tokens_total", "vllm:prompt_tokens_created", "vllm:spec_decode_",
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc", "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+    "vllm:time_per_output_token_seconds",
+    "specdash:",
+    "process_start_time_seconds",
+)
+_KEEP_TYPES = tuple(f"# TYPE {prefix}" for prefix in KEEP)
 
 
 def _kept(text: str, keep: tuple[str, ...]) -> str:
-    comments = tuple(f"# {kind} {prefix}" for kind in ("HELP", "TYPE") for prefix in keep) \
-        if keep is not KEEP else _KEEP_COMMENTS
-    lines = [line for line in text.splitlines() if line.startswith(keep) or line.startswith(comments)]
+    types = _KEEP_TYPES if keep is KEEP else tuple(f"# TYPE {prefix}" for prefix in keep)
+    lines = [line for line in text.splitlines() if line.startswith(keep) or line.startswith(types)]
     return "\n".join(lines) + "\n"
 
 
 def parse(text: str, keep: tuple[str, ...] | None = KEEP) -> Scrape:
     """Prometheus text -> Scrape, keeping only the metric names that start with `keep`
-    (None: all). Raises NotMetricsError when it is not exposition text: an HTML page or
+    (and their TYPE lines; None keeps everything). Raises NotMetricsError when it is not exposition text: an HTML page or
     JSON would otherwise parse into nonsense or fail deep inside."""
     head = text.lstrip()[:200].lower()
     if head.startswith("<"):

@@ -80,6 +80,7 @@ class CounterWindow:
         self._last_t: float | None = None
         self._last_marker: float | None = None
         self._deltas: deque[tuple[float, Delta]] = deque()
+        self._total: Delta | None = None  # total() of the current deltas, computed once
 
     def clear(self) -> None:
         """Forget the baseline (a different model behind the same URL, say); keep resets."""
@@ -87,6 +88,7 @@ class CounterWindow:
         self._last_t = None
         self._last_marker = None
         self._deltas.clear()
+        self._total = None
 
     def add(self, t: float, now: Counters, marker: float | None = None) -> Delta | None:
         """This poll's totals at time `t` (seconds, monotonic). Returns the delta since the
@@ -115,13 +117,19 @@ class CounterWindow:
             reset=reset,
         )
         self._deltas.append((t, delta))
+        self._total = None
         # Keep the polls whose whole interval lies within the last `seconds` (at least one).
         while len(self._deltas) > 1 and self._deltas[0][0] - self._deltas[0][1].seconds < t - self.seconds - 1e-9:
             self._deltas.popleft()
         return delta
 
     def total(self) -> Delta | None:
-        """The window's deltas summed (None before the second poll)."""
+        """The window's deltas summed (None before the second poll). Do not mutate it."""
+        if self._total is None:
+            self._total = self._sum()
+        return self._total
+
+    def _sum(self) -> Delta | None:
         if not self._deltas:
             return None
         out = Delta(seconds=0.0)
