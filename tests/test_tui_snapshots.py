@@ -37,9 +37,33 @@ def test_help_screen(snap_compare):
     assert snap_compare(replay_app(), terminal_size=(100, 30), run_before=replayed, press=["question_mark"])
 
 
-def test_draft_picker(snap_compare, tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECDASH_CACHE", str(tmp_path))  # nothing cached: same list everywhere
-    assert snap_compare(replay_app(), terminal_size=(100, 30), run_before=replayed, press=["d"])
+def test_draft_picker(snap_compare, tmp_path, monkeypatch, target_path, draft_path, gemma_path, smol_path):
+    """The picker on real models found on disk: the default pair's 0.5B ranked usable, the
+    other tokenizers greyed with the rule they fail."""
+    from textual.app import App
+
+    from specdash.models.scan import scan
+    from specdash.tui.screens.draft_picker import DraftPicker
+    from specdash.tui.themes import VARIABLE_DEFAULTS, load_themes
+
+    monkeypatch.setenv("SPECDASH_CACHE", str(tmp_path / "cache"))  # nothing cached: the same list anywhere
+    shelf = tmp_path / "models"
+    shelf.mkdir()
+    for p in (draft_path, gemma_path, smol_path):
+        (shelf / p.name).symlink_to(p)
+    result = scan([shelf], use_cache=False)
+
+    class Host(App):
+        def get_theme_variable_defaults(self):
+            return dict(VARIABLE_DEFAULTS)
+
+        def on_mount(self):
+            for theme in load_themes().values():
+                self.register_theme(theme)
+            self.theme = "specdash-dark"
+            self.push_screen(DraftPicker("lookup", str(target_path), scan_result=result, scan_on_open=False))
+
+    assert snap_compare(Host(), terminal_size=(110, 30))
 
 
 def test_engine_error_is_shown(snap_compare):

@@ -4,6 +4,7 @@ several NUMA nodes, long text in a small panel."""
 from __future__ import annotations
 
 from textual.app import App, ComposeResult
+from textual.widgets import Static
 from textual_hires_canvas import Canvas
 
 from specdash.telemetry import read_numa_nodes
@@ -155,3 +156,34 @@ def test_generation_trims_old_text_but_keeps_run_positions():
     for start, end, drafted in runs[1:]:  # the first may begin mid-token after the cut
         tokens = [int(t[1:]) for t in view.text[start - view._dropped : end - view._dropped].split()]
         assert tokens and all((n % 3 == 0) == drafted for n in tokens)
+
+
+@sync
+async def test_draft_picker_scans_the_configured_folders_and_greys_what_cannot_draft(
+        tmp_path, monkeypatch, target_path, draft_path, gemma_path):
+    """No stored scan: the picker scans on open (a thread worker), then lists what it
+    found for this target: the 0.5B selectable, Gemma greyed with the failed rule."""
+    from textual.widgets import Label
+
+    from specdash.tui.screens.draft_picker import DraftPicker
+
+    monkeypatch.setenv("SPECDASH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path))  # no llama.cpp / LM Studio / Ollama caches
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+    for p in (draft_path, gemma_path):
+        (shelf / p.name).symlink_to(p)
+    picker = DraftPicker("lookup", str(target_path), model_dirs=(str(shelf),))
+    app = Host(Static())
+    async with app.run_test(size=(110, 30)) as pilot:
+        await app.push_screen(picker)
+        for _ in range(500):
+            note = str(picker.query_one("#scan-note", Label).render())
+            if "found" in note:
+                break
+            await pilot.pause(0.02)
+        assert note == "2 models found in 1 folder, 1 usable as draft here", note
+        usable = [c for c in picker.choices if c.available and c.spec.endswith(".gguf")]
+        greyed = [c for c in picker.choices if not c.available and c.spec.endswith(".gguf")]
+        assert [c.label for c in usable] == ["qwen2.5-coder-0.5b"]
+        assert [c.label for c in greyed] == ["gemma3-270m"] and greyed[0].reason.startswith("vocab type:")

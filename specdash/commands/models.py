@@ -358,12 +358,20 @@ class _ScanBar:
             self.progress.stop()
 
 
+def _configured_dirs() -> list[str]:
+    """The config file's [models] model_dirs (where no DIR is given, they are scanned too)."""
+    from specdash.config import find_config_path, load_config
+
+    path = find_config_path(None)
+    return list(load_config(path).ui.model_dirs) if path else []
+
+
 def _run_scan(dirs: Sequence[str], rescan: bool) -> ScanResult:
     from specdash.models.scan import scan
 
     bar = _ScanBar()
     try:
-        result = scan(dirs or None, progress=bar, rescan=rescan)
+        result = scan(dirs or None, extra_dirs=() if dirs else _configured_dirs(), progress=bar, rescan=rescan)
     finally:
         bar.stop()
     n_dirs = len(result.dirs)

@@ -82,6 +82,7 @@ class DashboardOptions:
     screenshots_dir: str = "~/specdash-screenshots"
     config_path: Path | None = None  # where `w` offers to write
     window: float = 60.0  # seconds of decode time the time charts show
+    model_dirs: tuple[str, ...] = ()  # [models] model_dirs: where `d` also finds drafts
     sweep_ks: tuple[int, ...] = (0, 2, 4, 8, 12, 16, 24)
     sweep_rounds: int = 2
     sweep_tokens: int = 96

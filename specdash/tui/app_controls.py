@@ -8,10 +8,9 @@ from __future__ import annotations
 from specdash import events as E
 from specdash.tui.app_base import DashboardBase
 from specdash.engine.settings import LIMIT
-from specdash.errors import SpecdashError
 from specdash.sources.embedded import PromptQueue, WorkItem
 from specdash.tui.screens.ask import AskScreen
-from specdash.tui.screens.draft_picker import DraftPicker, draft_choices
+from specdash.tui.screens.draft_picker import DraftPicker
 from specdash.tui.status import short
 
 
@@ -43,19 +42,15 @@ class SourceControls(DashboardBase):
         if self._refused("pick_draft"):
             return
         st = self.state.settings
-        current = st.draft or st.drafter if st else self.options.settings.draft
-        try:
-            choices = draft_choices()
-        except SpecdashError as exc:
-            self.notify(str(exc), severity="error")
-            return
+        current = (st.draft or st.drafter) if st else self.options.settings.draft
 
         def chosen(spec: str | None) -> None:
             if spec:
                 self._send(E.SetDrafter(spec))
                 self.notify(f"switching draft to {spec}…", timeout=2)
 
-        self.push_screen(DraftPicker(choices, current), chosen)
+        self.push_screen(DraftPicker(current, st.target_path if st else None,
+                                     model_dirs=self.options.model_dirs), chosen)
 
     def action_set_temperature(self) -> None:
         if self._refused("set_temperature"):
