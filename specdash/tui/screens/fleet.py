@@ -60,6 +60,13 @@ def status_text(ev: ServerEvent, wall: float | None = None) -> str:
     return " · ".join(parts)
 
 
+def _same(a: str | Text, b: str | Text) -> bool:
+    """Would the two cells look the same (text, style, alignment)?"""
+    if isinstance(a, Text) and isinstance(b, Text):
+        return (a.plain, str(a.style), a.justify) == (b.plain, str(b.style), b.justify)
+    return a == b
+
+
 @dataclass(frozen=True, slots=True)
 class Column:
     key: str
@@ -119,6 +126,8 @@ class FleetScreen(Screen[None]):
         self.sort_key = sort_key
         self.reverse = reverse
         self.servers: dict[str, ServerEvent] = {}
+        self._shown: dict[str, list[str | Text]] = {}  # the cells as last put in the table
+        self._order: list[str] = []
 
     def compose(self) -> ComposeResult:
         table: DataTable[Any] = DataTable(id="fleet", cursor_type="row", zebra_stripes=True)
@@ -147,11 +156,12 @@ class FleetScreen(Screen[None]):
     # --- data ---
 
     def update_server(self, ev: ServerEvent) -> None:
-        """One server's latest row. Call on the UI thread."""
+        """One server's latest row. Call on the UI thread. Only the cells whose text
+        changed are touched, and rows move only when the order changed."""
         self.servers[ev.url] = ev
         if self.is_mounted:
             self._put_row(ev)
-            self._sort()
+            self._sort(force=False)
 
     def _cells(self, ev: ServerEvent) -> list[str | Text]:
         out: list[str | Text] = []
@@ -171,21 +181,28 @@ class FleetScreen(Screen[None]):
     def _put_row(self, ev: ServerEvent) -> None:
         table = self.table
         cells = self._cells(ev)
-        if ev.url in table.rows:
-            for col, value in zip(COLUMNS, cells):
-                table.update_cell(ev.url, col.key, value)
+        shown = self._shown.get(ev.url)
+        if ev.url in table.rows and shown is not None:
+            for i, (col, value) in enumerate(zip(COLUMNS, cells)):
+                if not _same(value, shown[i]):
+                    table.update_cell(ev.url, col.key, value)
         else:
             table.add_row(*cells, key=ev.url)
+        self._shown[ev.url] = cells
 
     def _refresh_ages(self) -> None:
         table = self.table
         for url, ev in self.servers.items():
             if ev.state != "up" and url in table.rows:
-                table.update_cell(url, "status", self._cells(ev)[-1])
+                cell = self._cells(ev)[-1]
+                shown = self._shown.get(url)
+                if shown is not None and not _same(cell, shown[-1]):
+                    table.update_cell(url, "status", cell)
+                    shown[-1] = cell
 
     # --- sorting ---
 
-    def _sort(self) -> None:
+    def _sort(self, force: bool = True) -> None:
         """Rows in the chosen order; unknown values ("–") stay last either way."""
         col = _BY_KEY[self.sort_key]
         known: list[tuple[Any, str]] = []
@@ -195,7 +212,11 @@ class FleetScreen(Screen[None]):
             (unknown if isinstance(key, tuple) and key and key[0] == 1 else known).append((key, url))
         known.sort(reverse=self.reverse)
         unknown.sort(key=lambda item: item[1])
-        rank = {url: i for i, (_, url) in enumerate(known + unknown)}
+        order = [url for _, url in known + unknown]
+        if not force and order == self._order:
+            return
+        self._order = order
+        rank = {url: i for i, url in enumerate(order)}
         self.table.sort("server", key=lambda url: rank.get(str(url), len(rank)))
         self.query_one("#fleet-hint", Static).update(self._hint())
 
@@ -256,19 +277,24 @@ class FleetApp(App[int]):
         from specdash.sources.base import Outbox
 
         self.push_screen(self.fleet)
+        # One outbox for every server: the rows are drawn together, at most once a second
+        # (a DataTable redraws all its cells on any change), transitions at once.
+        box = Outbox(self._ping, flush_interval=1.0)
+        self._outboxes.append(box)
         for source in self.sources:
-            box = Outbox(self._ping, flush_interval=0.25)
-            self._outboxes.append(box)
             source.start(box.emit)
 
     def _ping(self) -> None:
         self.post_message(_Drain())  # thread-safe
 
     def on__drain(self, _: _Drain) -> None:
+        latest: dict[str, ServerEvent] = {}
         for box in self._outboxes:
             for ev in box.drain():
                 if isinstance(ev, ServerEvent):
-                    self.fleet.update_server(ev)
+                    latest[ev.url] = ev  # only the newest row of each server is drawn
+        for ev in latest.values():
+            self.fleet.update_server(ev)
 
     def on_fleet_screen_open(self, message: FleetScreen.Open) -> None:
         self.notify(f"{message.url}: the full panels are not wired into attach yet", timeout=3)
