@@ -136,7 +136,7 @@ def test_drive_mode_streams_steps_and_a_summary_that_adds_up(llama_server: Llama
     source.start(events.append)
     try:
         source.send(E.NewPrompt("def quicksort(items):\n", "quicksort"))
-        summary = wait_for(events, lambda e: isinstance(e, E.Summary), timeout=120, what="summary")
+        summary = wait_for(events, lambda e: isinstance(e, E.Summary), timeout=300, what="summary")
     finally:
         source.close()
     prompt = next(e for e in events if isinstance(e, E.PromptEvent))
@@ -145,7 +145,13 @@ def test_drive_mode_streams_steps_and_a_summary_that_adds_up(llama_server: Llama
     assert prompt.title == "quicksort" and prefill.n_tokens > 0 and prefill.ms > 0
     assert events.index(prompt) < events.index(prefill) < events.index(steps[0]) < events.index(summary)
     assert "".join(s.text for s in steps) == summary.text and summary.text.strip()
-    assert sum(len(s.pieces) for s in steps) == summary.n_generated == 48
+    # The server samples at its default temperature: the text may end early at EOS, whose
+    # token is counted but never streamed.
+    streamed = sum(len(s.pieces) for s in steps)
+    if summary.stop_reason == "max_tokens":
+        assert streamed == summary.n_generated == 48
+    else:
+        assert summary.stop_reason == "eos" and summary.n_generated - 1 <= streamed <= summary.n_generated
     # The per-step reconstruction adds up to the request's own timings (draft_n, draft_n_accepted)...
     assert sum(s.drafted for s in steps) == summary.num_draft_tokens > 0
     assert sum(s.accepted for s in steps) == summary.num_accepted_tokens
@@ -155,7 +161,7 @@ def test_drive_mode_streams_steps_and_a_summary_that_adds_up(llama_server: Llama
     assert summary.acceptance_rate == pytest.approx(summary.num_accepted_tokens / summary.num_draft_tokens)
     assert summary.mean_accepted_length == pytest.approx(1 + summary.num_accepted_tokens / summary.num_drafts)
     assert summary.tokens_per_s > 0 and summary.prefill_ms == pytest.approx(prefill.ms)
-    assert summary.stop_reason == "max_tokens" and summary.steps == len(steps)
+    assert summary.steps == len(steps)
     for s in steps:
         assert s.from_draft == [i < s.accepted for i in range(len(s.pieces))]
 

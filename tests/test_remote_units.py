@@ -233,6 +233,11 @@ def test_drive_reconstructs_steps_from_running_timings() -> None:
     assert [(s.drafted, s.accepted) for s in steps] == [(0, 0), (4, 2), (4, 0), (4, 4)]
     assert steps[1].from_draft == [True, True, False] and steps[0].drafter == "none"
     assert d.num_drafts == 3 and d.per_pos == [2, 2, 1, 1] and steps[-1].n_generated == 10
+    # A last verification cut by the end of generation shows only in the final timings.
+    tail = list(d.finish({"draft_n": 16, "draft_n_accepted": 9}))
+    assert [(s.drafted, s.accepted, s.pieces) for s in tail] == [(4, 3, [])]
+    assert d.num_drafts == 4 and d.per_pos == [3, 3, 2, 1] and tail[0].n_generated == 10
+    assert list(d.finish({"draft_n": 16, "draft_n_accepted": 9})) == []
 
 
 def test_exporter_is_read_back_by_attach() -> None:

@@ -126,9 +126,32 @@ class _Drive:
         if len(group["pieces"]) >= group["need"]:
             yield from self.flush()
 
-    def flush(self) -> Iterator[E.StepEvent]:
+    def finish(self, timings: dict[str, Any] | None) -> Iterator[E.StepEvent]:
+        """The end of the stream. A last verification whose tokens were never streamed (the
+        end-of-generation token, or the token limit, cut it) shows only in the final
+        timings: it becomes a step without tokens, so the steps add up to the server's
+        own counts."""
+        yield from self.flush()
+        if not timings:
+            return
+        dn = int(timings.get("draft_n", 0) or 0) - self.draft_n
+        da = int(timings.get("draft_n_accepted", 0) or 0) - self.accepted_n
+        if dn <= 0 and da <= 0:
+            return
+        self.draft_n += max(0, dn)
+        self.accepted_n += max(0, da)
+        self._open = {"drafted": max(0, dn), "accepted": max(0, da), "tokens": [], "pieces": [], "need": 0}
+        if dn > 0:
+            self.num_drafts += 1
+            if len(self.per_pos) < max(da, self.k or 0):
+                self.per_pos.extend([0] * (max(da, self.k or 0) - len(self.per_pos)))
+            for i in range(max(0, da)):
+                self.per_pos[i] += 1
+        yield from self.flush(allow_empty=True)
+
+    def flush(self, allow_empty: bool = False) -> Iterator[E.StepEvent]:
         group, self._open = self._open, None
-        if not group or not group["pieces"]:
+        if not group or (not group["pieces"] and not allow_empty):
             return
         t = now()
         elapsed_ms = (t - self._last_t) * 1000.0 if self._last_t else 0.0
@@ -513,7 +536,7 @@ class RemoteSource:
                     for step in drive.feed(content, None, timings):
                         self._put(step)
                 break
-        for step in drive.flush():
+        for step in drive.finish(_dict(final.get("timings")) or None):
             self._put(step)
         if self._closed.is_set():
             return None
