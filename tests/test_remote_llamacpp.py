@@ -205,7 +205,7 @@ def test_router_presets_switch_with_set_drafter(smol_path: Any, tmp_path: Path) 
     ini.write_text(router_preset(Path(smol_path)))
     router = LlamaServer(need_binary(), Path(""), free_port(), ["--models-preset", str(ini)], tmp_path / "router.log")
     router.start()
-    source = RemoteSource(router.url, interval=0.3)
+    source = RemoteSource(router.url, interval=0.3, max_tokens=24)
     events: list[Any] = []
     try:
         deadline = time.monotonic() + 60
@@ -233,8 +233,8 @@ def test_router_presets_switch_with_set_drafter(smol_path: Any, tmp_path: Path) 
         assert statuses == {"smollm2@draft-k4": "unloaded", "smollm2@ngram": "loaded"}
         # Drive mode goes to the active preset.
         source.send(E.NewPrompt("one two three one two three one two", "ngram"))
-        summary = wait_for(events, lambda e: isinstance(e, E.Summary), timeout=120, what="summary")
-        assert summary.n_generated > 0
+        summary = wait_for(events, lambda e: isinstance(e, E.Summary), timeout=300, what="summary")
+        assert 0 < summary.n_generated <= 24
     finally:
         source.close()
         router.stop()
