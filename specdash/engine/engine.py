@@ -377,6 +377,7 @@ class Engine:
             self.detector.reset(target.detokenize(prompt))
         t0 = time.perf_counter()
         target.prefill(prompt[:-1])
+        self._needs_refeed = False  # a target reloaded by a pending SetExperts: just fed
         self.drafter.prefill(prompt)
         prefill_ms = (time.perf_counter() - t0) * 1e3
         yield PrefillEvent(len(prompt) - 1, prefill_ms, t=E.now())

@@ -1,0 +1,222 @@
+"""Fuzzed exactness under hot-swaps, with benchmarks/fuzz_exact.py's harness: random seeded
+schedules (K incl. 0 and > 16, drafter swaps, adaptive on/off, pauses, temperature
+segments, expert changes on the MoE fixture, refused commands) on real models.
+
+CI runs 24 schedules (16 on SmolLM2-135M with its own Q4_0 as the draft model, 6 on the
+tiny MoE, 2 on the default Qwen pair) and the sampled statistical test; the slow run of
+200 per pair is `python benchmarks/fuzz_exact.py`. Near-tie mismatches are reported in
+the terminal summary (conftest's near_ties)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specdash import events as E
+from specdash.engine.verify import process_logits, sample, verify_sampling
+
+_spec = importlib.util.spec_from_file_location(
+    "fuzz_exact", Path(__file__).resolve().parent.parent / "benchmarks" / "fuzz_exact.py")
+assert _spec is not None and _spec.loader is not None
+F = importlib.util.module_from_spec(_spec)
+sys.modules["fuzz_exact"] = F
+_spec.loader.exec_module(F)
+
+SMALL_TOKENS, MOE_TOKENS, DEFAULT_TOKENS = 40, 40, 24
+SAMPLED_RUNS = 6
+RESULTS: list = []  # every fuzz result of this module, for the summary line
+
+
+@pytest.fixture(scope="module")
+def small_draft(tmp_path_factory) -> Path:
+    """SmolLM2-135M at Q4_0, made from its Q4_1 by `specdash models make-draft`'s code."""
+    return F.make_small_draft(tmp_path_factory.mktemp("fuzz-draft"))
+
+
+@pytest.fixture(scope="module")
+def small(small_draft):
+    pair = F.small_pair(small_draft)
+    session, reference = pair.session(SMALL_TOKENS), F.Reference(pair)
+    yield pair, session, reference
+    reference.close()
+    session.close()
+
+
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory, small_draft):
+    pair = F.moe_pair(F.make_moe(tmp_path_factory.mktemp("fuzz-moe")), small_draft)
+    session, reference = pair.session(MOE_TOKENS), F.Reference(pair)
+    yield pair, session, reference
+    reference.close()
+    session.close()
+
+
+def check(pair, session, reference, seed: int, tokens: int, near_ties: list[str]):
+    schedule = F.make_schedule(seed, pair, tokens)
+    result = F.run_schedule(session, reference, pair, schedule, tokens)
+    RESULTS.append(result)
+    assert result.ok, result.report()
+    if result.ties:
+        near_ties.append(f"fuzz {pair.name}/{seed}: {len(result.ties)} near-tie mismatches "
+                         f"(gaps {', '.join(f'{g:.3f}' for _, g in result.ties)}) in {result.greedy_tokens} greedy tokens")
+    return result
+
+
+def test_tie_gap_is_the_exactness_tests():
+    from test_engine_exact import TIE_GAP
+
+    assert F.TIE_GAP == TIE_GAP
+
+
+def test_schedules_are_seeded_and_cover_every_command(small_draft, tmp_path):
+    pair = F.small_pair(small_draft)
+    moe = F.moe_pair(tmp_path / "moe.gguf")
+    assert F.make_schedule(7, pair, 40) == F.make_schedule(7, pair, 40)
+    assert F.make_schedule(7, pair, 40) != F.make_schedule(8, pair, 40)
+    tokens = {t for seed in range(16) for line in F.make_schedule(seed, pair, SMALL_TOKENS).lines
+              for t in line.split(":", 1)[1].split()}
+    ks = {int(t[2:]) for t in tokens if t.startswith("k=")}
+    assert 0 in ks and max(ks) > 16 and {65, -1} & ks  # plain decoding, K > 16, refusals
+    assert {f"draft={d}" for d in pair.drafters} <= tokens
+    assert {"adaptive=on", "adaptive=off"} <= tokens and "temp=0" in tokens
+    assert any(t.startswith("pause=") for t in tokens) and any(t.startswith("temp=0.") for t in tokens)
+    moe_tokens = {t for seed in range(6) for line in F.make_schedule(seed, moe, MOE_TOKENS).lines
+                  for t in line.split(":", 1)[1].split()}
+    assert {"experts=1", "experts=2", "experts=3", "experts=4"} & moe_tokens
+    assert not any(t.startswith("experts=") for t in tokens if t != "experts=2")  # dense: only as a refusal
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_fuzz_small_pair(small, near_ties, seed):
+    check(*small, seed, SMALL_TOKENS, near_ties)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fuzz_moe_expert_changes(moe, near_ties, seed):
+    check(*moe, seed, MOE_TOKENS, near_ties)
+
+
+@pytest.fixture(scope="module")
+def default(target_path, draft_path):
+    """The default pair, one thread per model: with 2 threads on 2 shared cores
+    llama.cpp's threads spin-wait on each other (0.3 vs 9 tok/s for the 1.5B here)."""
+    pair = F.default_pair()
+    session, reference = pair.session(DEFAULT_TOKENS), F.Reference(pair)
+    yield pair, session, reference
+    reference.close()
+    session.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(2))
+def test_fuzz_default_pair(default, near_ties, seed):
+    check(*default, seed, DEFAULT_TOKENS, near_ties)
+
+
+def test_fuzz_summary(near_ties):
+    """One line for the terminal summary: how many greedy tokens the fuzz checked here."""
+    if not RESULTS:
+        pytest.skip("no fuzz schedule ran in this session")
+    ties = sum(len(r.ties) for r in RESULTS)
+    near_ties.append(
+        f"fuzz: {len(RESULTS)} schedules, {sum(r.steps for r in RESULTS)} steps, {sum(r.greedy_tokens for r in RESULTS)} "
+        f"greedy tokens ({sum(r.forced for r in RESULTS)} teacher-forced), {sum(r.applied for r in RESULTS)} commands "
+        f"applied, {sum(r.refused for r in RESULTS)} refused: {ties} near-tie mismatches (gap < {F.TIE_GAP})")
+    assert sum(r.applied for r in RESULTS) > 0
+
+
+def test_commands_before_a_run_reload_the_moe_target_once(moe):
+    """Regression: a SetExperts queued between runs (the dashboard's `e` while idle) was
+    applied before the prefill and then re-fed the transcript on top of it, and the first
+    step died in llama_decode."""
+    pair, session, reference = moe
+    prompt = session.prompt_tokens(pair.prompts[0])
+    for cmd in (E.SetDrafter("none"), E.SetAdaptive(False), E.SetExperts(1)):
+        session.send(cmd)
+    events = list(session.engine.generate(prompt, 12))
+    assert session.settings.experts == 1
+    got = [t for ev in events if isinstance(ev, E.StepEvent) for t in ev.tokens]
+    assert got == reference.plain(prompt, 12, 1)[: len(got)] and len(got) == 12
+
+
+# --- the greedy check has teeth ---------------------------------------------------------
+
+
+def test_the_greedy_check_catches_a_rule_that_keeps_one_rejected_draft(small, monkeypatch):
+    import specdash.engine.engine as engine_module
+    from specdash.engine.verify import verify_greedy
+
+    def one_too_many(argmax, draft):
+        n, nxt = verify_greedy(argmax, draft)
+        return (n, nxt) if n == len(draft) else (n + 1, int(argmax[n + 1]))
+
+    pair, session, reference = small
+    monkeypatch.setattr(engine_module, "verify_greedy", one_too_many)
+    schedule = F.FuzzSchedule(0, "small", pair.prompts[0], F.Start(k=4, draft="lookup", adaptive=False),
+                              ["3: k=6 draft=suffix", "6: draft=chain"])
+    result = F.run_schedule(session, reference, pair, schedule, 32)
+    assert any("the target's argmax is" in p for p in result.problems), result.problems
+
+
+# --- sampled segments: the statistical test ----------------------------------------------
+
+
+def test_sampled_drafter_swaps_keep_the_target_distribution(small):
+    """Temperature throughout, the drafter swapped every few steps (lookup, suffix, chain,
+    none, the draft model with its probabilities), K and the temperature changed: every
+    committed token follows the target's distribution (randomized PIT values vs the DKW
+    bound for their number), and drafts are accepted as often as the rule says (z within
+    5 standard deviations). Seeds are fixed: the same draws on every run."""
+    pair, session, _ = small
+    stats = F.sampled_stats(session, pair, SAMPLED_RUNS)
+    d, bound = F.uniformity(stats.pit)
+    z = F.acceptance_z(stats.accepted)
+    print(f"\nsampled: {len(stats.pit)} tokens, KS {d:.4f} (bound {bound:.4f}); {len(stats.accepted)} drafted "
+          f"positions {dict(stats.sources)}, acceptance z {z:+.2f}")
+    assert len(stats.pit) >= 500 and len(stats.accepted) >= 300
+    assert {"lookup", "suffix", "draft"} <= set(stats.sources)  # the swaps happened
+    assert d <= bound, f"committed tokens do not follow the target: KS {d:.4f} > {bound:.4f}"
+    assert abs(z) <= F.Z_MAX, f"drafts accepted {z:+.2f} standard deviations off the rule"
+
+
+def _always_accept(p, draft, q, rng):
+    return len(draft), sample(p[len(draft)], rng)
+
+
+def _ignore_draft_probs(p, draft, q, rng):  # a draft model's q lost, as if one-hot
+    return verify_sampling(p, draft, None, rng)
+
+
+def _hotter_target(logits, sampling):  # the target shaped at another temperature than the draft
+    return process_logits(logits, dataclasses.replace(sampling, temperature=sampling.temperature * 1.3))
+
+
+@pytest.mark.parametrize("bug", ["always_accept", "ignore_draft_probs", "hotter_target"])
+def test_the_sampled_test_catches_wrong_rules(small, monkeypatch, bug):
+    import specdash.engine.engine as engine_module
+
+    pair, session, _ = small
+    if bug == "hotter_target":
+        monkeypatch.setattr(engine_module, "process_logits", _hotter_target)
+    else:
+        monkeypatch.setattr(engine_module, "verify_sampling",
+                            _always_accept if bug == "always_accept" else _ignore_draft_probs)
+    stats = F.sampled_stats(session, pair, 3)
+    d, bound = F.uniformity(stats.pit)
+    z = F.acceptance_z(stats.accepted)
+    assert d > bound or abs(z) > F.Z_MAX, (d, bound, z)
+
+
+def test_pit_is_uniform_for_draws_from_p():
+    rng = np.random.default_rng(3)
+    p = rng.dirichlet(np.full(50, 0.3))
+    values = [F.pit(p, int(rng.choice(50, p=p)), rng.random()) for _ in range(4000)]
+    d, bound = F.uniformity(values)
+    assert d <= bound
+    skewed = [F.pit(p, int(np.argmax(p)), rng.random()) for _ in range(4000)]  # always the top token
+    assert F.uniformity(skewed)[0] > bound
