@@ -201,9 +201,14 @@ SPEC_ARGS = ["--spec-type", "draft-simple", "--spec-draft-n-max", "4"]
 
 
 def need_binary() -> Path:
+    """The llama-server binary; skip without it, except where it must exist (CI sets
+    SPECDASH_REQUIRE_LLAMA_SERVER=1): then fail."""
     binary = llama_server_binary()
     if binary is None:
-        pytest.skip("llama-server is not built: run `python -m specdash.llamacpp_tools build`")
+        why = "llama-server is not built: run `python -m specdash.llamacpp_tools build`"
+        if os.environ.get("SPECDASH_REQUIRE_LLAMA_SERVER"):
+            pytest.fail(why)
+        pytest.skip(why)
     return binary
 
 
