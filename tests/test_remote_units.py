@@ -300,3 +300,45 @@ def test_watch_json_prints_one_line_per_server_per_interval() -> None:
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [r["url"] for r in rows] == [a.url, b.url] * 3
     assert rows[-1]["num_drafts"] == 7 and rows[-1]["state"] == "up"
+
+
+def test_vllm_drive_mode_on_a_canned_openai_stream() -> None:
+    """vLLM's /v1/completions stream (OpenAI format, usage in the last chunk, [DONE]); the
+    summary's speculative numbers are the /metrics deltas around the request."""
+    from pathlib import Path
+
+    fixtures = Path(__file__).parent / "fixtures" / "vllm"
+    scrapes = [(fixtures / n).read_text() for n in ("scrape_1.txt", "scrape_2.txt")]
+    state = {"streamed": False}
+    bodies: list[dict[str, Any]] = []
+
+    def metrics(path: str, headers: dict[str, str]) -> tuple[int, str, bytes]:
+        return text(scrapes[1] if state["streamed"] else scrapes[0])
+
+    def completions(path: str, headers: dict[str, str]) -> tuple[int, str, bytes]:
+        state["streamed"] = True
+        chunks = [{"choices": [{"index": 0, "text": piece, "finish_reason": None}]} for piece in ("Hello", ",", " world")]
+        chunks.append({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]})
+        chunks.append({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}})
+        sse = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+        return 200, "text/event-stream", sse.encode()
+
+    canned = Canned({"/metrics": metrics, "/v1/completions": completions})
+    with ReplayServer(canned) as srv:
+        source = RemoteSource(srv.url, interval=5.0, max_tokens=3)
+        events = collect(source)
+        try:
+            wait_for(events, lambda e: isinstance(e, E.SettingsEvent))
+            source.send(E.NewPrompt("Say hello", "hello"))
+            summary = wait_for(events, lambda e: isinstance(e, E.Summary))
+        finally:
+            source.close()
+        posts = [(m, p) for m, p, _ in canned.seen if m == "POST"]
+    assert posts == [("POST", "/v1/completions")]
+    steps = [e for e in events if isinstance(e, E.StepEvent)]
+    assert [s.text for s in steps] == ["Hello", ",", " world"] and summary.text == "Hello, world"
+    assert summary.stop_reason == "max_tokens" and (summary.n_prompt, summary.n_generated) == (5, 3)
+    # Between the two scrapes: 150 drafts, 450 draft tokens, 242 accepted.
+    assert (summary.num_drafts, summary.num_draft_tokens, summary.num_accepted_tokens) == (150, 450, 242)
+    assert summary.num_accepted_tokens_per_pos == [112, 80, 50]
+    assert summary.acceptance_rate == pytest.approx(242 / 450)
