@@ -310,14 +310,14 @@ def test_vllm_drive_mode_on_a_canned_openai_stream() -> None:
     fixtures = Path(__file__).parent / "fixtures" / "vllm"
     scrapes = [(fixtures / n).read_text() for n in ("scrape_1.txt", "scrape_2.txt")]
     state = {"streamed": False}
-    bodies: list[dict[str, Any]] = []
 
     def metrics(path: str, headers: dict[str, str]) -> tuple[int, str, bytes]:
         return text(scrapes[1] if state["streamed"] else scrapes[0])
 
     def completions(path: str, headers: dict[str, str]) -> tuple[int, str, bytes]:
         state["streamed"] = True
-        chunks = [{"choices": [{"index": 0, "text": piece, "finish_reason": None}]} for piece in ("Hello", ",", " world")]
+        chunks: list[dict[str, Any]] = [{"choices": [{"index": 0, "text": piece, "finish_reason": None}]}
+                                        for piece in ("Hello", ",", " world")]
         chunks.append({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]})
         chunks.append({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}})
         sse = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
