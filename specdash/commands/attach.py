@@ -77,6 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mode.add_argument("--watch", action="store_true", help="print a snapshot per server every interval")
     p.add_argument("--count", type=_positive_int, metavar="N",
                    help="with --watch: stop after N intervals")
+    p.add_argument("--record", metavar="FILE", help="record what the dashboard shows, for `specdash replay`")
+    p.add_argument("--screenshots", metavar="DIR", help="folder for `s` screenshots (default ~/specdash-screenshots)")
     p.add_argument("--json", action="store_true",
                    help="JSON: with --once/--watch one object per server per line (the `server` event "
                    "of specdash/events.py); with --prompt the event stream as JSON lines")
@@ -236,16 +238,30 @@ def drive_json(source: Any, args: argparse.Namespace) -> int:
             return 2
 
 
-# --- the dashboard (the lead wires the full panels in; this opens the fleet table) ---
+# --- the dashboard ---
 
 
 def open_dashboard(sources: list[Any], args: argparse.Namespace) -> int:
-    """Open the dashboard on `sources` (RemoteSource, not started). One source: its full
-    panels; several: the fleet table, Enter opens a server's panels, Esc comes back.
+    """The dashboard on `sources` (RemoteSources, not started). One server: its panels,
+    the same as the embedded engine's. Several: the fleet table; Enter opens a server's
+    panels, Esc comes back. `--record FILE` records what the dashboard receives."""
+    from specdash.engine.settings import EngineSettings
+    from specdash.tui.app import DashboardOptions, SpecdashApp
+    from specdash.tui.fleet_app import FleetDashboard
 
-    STUB for the lead to fill in: for now it opens the fleet table alone (which works for
-    one server too), fed through an Outbox, and Enter only says that the full panels are
-    not wired yet."""
-    from specdash.tui.screens.fleet import run_fleet_app
+    shots = getattr(args, "screenshots", None) or "~/specdash-screenshots"
+    app: SpecdashApp
+    if len(sources) == 1:
+        (source,) = sources
+        app = SpecdashApp(DashboardOptions(settings=EngineSettings(), screenshots_dir=shots),
+                          source_factory=lambda settings, prompts: source, local_telemetry=False)
+    else:
+        app = FleetDashboard(sources, screenshots_dir=shots)
+    if getattr(args, "record", None):
+        from specdash.recording import Recorder
 
-    return run_fleet_app(sources)
+        recorder = Recorder(args.record, extra={"command": "attach", "urls": [s.url for s in sources]})
+        app.add_listener(recorder)
+        app.on_exit_callbacks.append(recorder.close)
+    app.run()
+    return app.return_code or 0

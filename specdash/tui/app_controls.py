@@ -10,7 +10,8 @@ from specdash.tui.app_base import DashboardBase
 from specdash.engine.settings import LIMIT
 from specdash.sources.embedded import PromptQueue, WorkItem
 from specdash.tui.screens.ask import AskScreen
-from specdash.tui.screens.draft_picker import DraftPicker
+from specdash.sources.remote import Preset
+from specdash.tui.screens.draft_picker import DraftPicker, PresetPicker
 from specdash.tui.status import short
 
 
@@ -49,8 +50,22 @@ class SourceControls(DashboardBase):
                 self._send(E.SetDrafter(spec))
                 self.notify(f"switching draft to {spec}…", timeout=2)
 
+        presets = self._router_presets()
+        if presets is not None:  # a llama-server router: its presets are the draft sources
+            self.push_screen(PresetPicker(presets), chosen)
+            return
         self.push_screen(DraftPicker(current, st.target_path if st else None,
                                      model_dirs=self.options.model_dirs), chosen)
+
+    def _router_presets(self) -> list[Preset] | None:
+        """A remote llama-server router's presets, None for any other source."""
+        from specdash.sources.remote import RemoteSource
+        from specdash.tui.fleet_app import FleetSource
+
+        source = self.source
+        if isinstance(source, FleetSource) and source.focus is not None:
+            source = source.sources[source.focus]
+        return source.presets() if isinstance(source, RemoteSource) else None
 
     def action_set_temperature(self) -> None:
         if self._refused("set_temperature"):

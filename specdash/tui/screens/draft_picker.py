@@ -25,6 +25,7 @@ from textual.widgets.option_list import Option
 from textual.worker import get_current_worker
 
 from specdash.engine.drafters import KINDS
+from specdash.sources.remote import Preset
 from specdash.errors import SpecdashError
 
 
@@ -184,6 +185,37 @@ class DraftPicker(ModalScreen[str | None]):
             self.notify("type a GGUF path, or pick a source above", severity="warning")
             return
         self.dismiss(path)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class PresetPicker(ModalScreen[str | None]):
+    """`d` on a llama-server router: its presets (model@draft-k8, model@ngram...). The
+    source unloads the running one and loads the chosen one; its panels follow."""
+
+    DEFAULT_CSS = DraftPicker.DEFAULT_CSS.replace("DraftPicker", "PresetPicker")
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="presets.cancel")]
+
+    def __init__(self, presets: list[Preset]):
+        super().__init__()
+        self.presets = presets
+
+    def compose(self) -> ComposeResult:
+        with Vertical() as box:
+            box.border_title = "Router presets · Enter switches (the server reloads)"
+            options = []
+            for p in self.presets:
+                line = Text(f"{p.id:<40}", "bold" if p.active else "")
+                line.append(f"{p.status}{' · running' if p.active else ''}", "dim")
+                options.append(Option(line))
+            if not options:
+                options.append(Option(Text("the router offers no presets", "dim"), disabled=True))
+            yield OptionList(*options)
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self.dismiss(self.presets[event.option_index].id)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -1,0 +1,101 @@
+"""`specdash attach URL URL ...`: the fleet table, and any server's full dashboard.
+
+The fleet is one Source made of one RemoteSource per server (each polling on its own
+timer). Every server's rows reach the fleet table; only the server in focus feeds the
+dashboard's reducer. Enter on a row focuses that server: the reducer starts over from
+what that server has said so far (kept per server), so its panels show its recent
+history at once, and the table gives way to them. Esc goes back to the table.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+
+from textual.binding import Binding
+
+from specdash import events as E
+from specdash.events import Event
+from specdash.sources.remote import RemoteSource
+from specdash.tui.app import SpecdashApp
+from specdash.tui.reducer import DashState
+from specdash.tui.screens.fleet import FleetScreen
+
+HISTORY = 4000  # events kept per server for its panels (an hour of 1 s polls, and more)
+
+
+class FleetSource:
+    """Several RemoteSources as one: rows from all, everything else from the focused one."""
+
+    kind = "remote"
+
+    def __init__(self, sources: Sequence[RemoteSource]):
+        self.sources = {s.url: s for s in sources}
+        self.label = f"{len(self.sources)} servers"
+        self.focus: str | None = None
+        self._history: dict[str, deque[Event]] = {url: deque(maxlen=HISTORY) for url in self.sources}
+        self._emit: Callable[[Event], None] = lambda ev: None
+
+    def start(self, emit: Callable[[Event], None]) -> None:
+        self._emit = emit
+        for url, source in self.sources.items():
+            source.start(partial(self._route, url))
+
+    def _route(self, url: str, ev: Event) -> None:
+        self._history[url].append(ev)
+        if isinstance(ev, E.ServerEvent) or url == self.focus:
+            self._emit(ev)
+
+    def history(self, url: str) -> list[Event]:
+        return list(self._history[url])
+
+    def send(self, cmd: E.Command) -> None:
+        if self.focus is not None:
+            self.sources[self.focus].send(cmd)
+
+    def close(self) -> None:
+        for source in self.sources.values():
+            source.close()
+
+
+class FleetDashboard(SpecdashApp):
+    BINDINGS = [Binding("escape", "fleet", "fleet", id="fleet.back")]
+
+    def __init__(self, sources: Sequence[RemoteSource], **kwargs: object):
+        from specdash.engine.settings import EngineSettings
+        from specdash.tui.app import DashboardOptions
+
+        self.fleet_source = FleetSource(sources)
+        self.fleet = FleetScreen()
+        super().__init__(DashboardOptions(settings=EngineSettings(), **kwargs),  # type: ignore[arg-type]
+                         source_factory=lambda settings, prompts: self.fleet_source, local_telemetry=False)
+
+    def on_mount(self) -> None:
+        # (Textual runs the base class's on_mount too: the source starts there.)
+        # Installed: popping it to show a server's panels keeps it mounted, its rows live.
+        self.install_screen(self.fleet, name="fleet")
+        self.push_screen("fleet")
+
+    def _ingest(self, events: Iterable[Event]) -> None:
+        mine = []
+        for ev in events:
+            if isinstance(ev, E.ServerEvent):
+                self.fleet.update_server(ev)
+                if ev.url != self.fleet_source.focus:
+                    continue
+            mine.append(ev)
+        super()._ingest(mine)
+
+    def on_fleet_screen_open(self, message: FleetScreen.Open) -> None:
+        """Enter on a row: that server's panels, from its recent history."""
+        self.fleet_source.focus = message.url
+        self.state = DashState(window=self.options.window)
+        self._gen.show_text(self.state)
+        super()._ingest(self.fleet_source.history(message.url))
+        self.pop_screen()
+        self.sub_title = message.url
+
+    def action_fleet(self) -> None:
+        if not isinstance(self.screen, FleetScreen):
+            self.push_screen("fleet")
