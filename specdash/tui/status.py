@@ -1,10 +1,20 @@
-"""The status line: source state, models, K, tok/s, acceptance, fitted to the width."""
+"""The status line: source state, models, K, tok/s, acceptance, fitted to the width.
+
+What an operator watches (K, tok/s, acceptance) never gives way. As the terminal
+narrows, the rest does, in this order: the content class, the experts and the
+temperature, the model names (shortened, then dropped), the state's word (its icon
+stays), then the numbers' wording ("K 3 fixed" -> "K 3", "123.4 tok/s" -> "123 tok/s").
+`MIN_COLUMNS` is the narrowest terminal that still holds all three numbers, whatever
+they are: at 40 columns the line reads `▶ │ K 3 │ 17.3 tok/s │ acc 45%`.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from rich.cells import cell_len
 from rich.markup import escape
+from textual import events
 from textual.widgets import Static
 
 from specdash.tui.reducer import DashState
@@ -18,6 +28,10 @@ STATE_LABELS = {
     "down": ("✖ down", "bold $error"),
     "ended": ("■ ended", "bold $text-muted"),
 }
+SEPARATOR = " │ "
+PADDING = 2  # StatusLine's padding: one column each side
+# The widest compact line, "✖ │ K 64 auto │ 99999 tok/s │ acc 100%" (38 cells), and the padding.
+MIN_COLUMNS = 40
 
 
 def clock(seconds: float) -> str:
@@ -34,6 +48,67 @@ def model_name(spec: str) -> str:
     return Path(spec).stem if spec.endswith(".gguf") else spec
 
 
+def status_parts(state: DashState, fallback: tuple[str, str], width: int) -> tuple[list[str], str]:
+    """The status line's parts (plain text; the first is the state) for a terminal
+    `width` columns wide, and the state's style. The widest form that fits wins; below
+    MIN_COLUMNS the compact form is returned anyway (the screen clips it)."""
+    st, step = state.settings, state.stats.last_step
+    label, style = STATE_LABELS.get(state.state, (state.state, "bold"))
+    if state.replay is not None:
+        r = state.replay
+        label = f"{'▶' if r.playing else '⏸'} replay {r.speed:g}x {clock(r.position)}/{clock(r.duration)}"
+        style = "bold $accent" if r.playing else "bold $warning"
+    icon = label.split()[0] if label.split() else label
+    target, draft = (model_name(st.target), st.drafter) if st else fallback
+    k_now = state.k_in_force()
+    k_text = "?" if k_now is None else str(k_now)
+    tps = state.stats.tokens_per_s
+    acc = state.stats.recent_counters().acceptance_rate
+    optional = {
+        "content": step.content if step is not None and step.content else None,
+        "temp": f"T {st.temperature:g}" if st is not None and st.temperature is not None else None,
+        "experts": f"experts {st.experts_active}/{st.expert_count}"
+        if st is not None and st.expert_count else None,
+    }
+    give_way = [k for k in optional if optional[k]]
+
+    def numbers(compact: bool) -> list[str]:
+        out = []
+        if st is not None:
+            if compact:
+                out.append(f"K {k_text} auto" if st.adaptive else f"K {k_text}")
+            else:
+                out.append(f"K {k_text} {'adaptive' if st.adaptive else 'fixed'}")
+        if tps is None:
+            out.append("– tok/s")
+        else:
+            out.append(f"{tps:.0f} tok/s" if compact and tps >= 100 else f"{tps:.1f} tok/s")
+        out.append(f"acc {acc:.0%}" if acc is not None else "acc –")
+        return out
+
+    def full(names: tuple[int, int], n_dropped: int) -> list[str]:
+        shown = {k: optional[k] for k in give_way[n_dropped:]}
+        k_part, *rest = numbers(False) if st is not None else ["", *numbers(False)]
+        parts = [label, f"{short(target, names[0])} ← {short(draft, names[1])}"]
+        if st is not None:
+            parts.append(k_part)
+        parts += [v for k in ("temp", "experts") if (v := shown.get(k))]
+        parts += rest
+        if content := shown.get("content"):
+            parts.append(content)
+        return parts
+
+    # Tries, widest first: shorter model names, then fewer optional parts, then no names,
+    # then the state's icon alone, then the numbers' short wording.
+    tries = [full(names, 0) for names in ((24, 20), (18, 14), (12, 10))]
+    tries += [full((12, 10), n) for n in range(1, len(give_way) + 1)] + [full((8, 6), len(give_way))]
+    tries += [[label, *numbers(False)], [icon, *numbers(False)], [icon, *numbers(True)]]
+    for parts in tries:
+        if cell_len(SEPARATOR.join(parts)) + PADDING <= width:
+            return parts, style
+    return tries[-1], style
+
+
 class StatusLine(Static):
     DEFAULT_CSS = """
     StatusLine { height: 1; background: $panel; color: $text; padding: 0 1; }
@@ -42,48 +117,17 @@ class StatusLine(Static):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.line = ""
+        self._shown: tuple[DashState, tuple[str, str]] | None = None
 
     def show(self, state: DashState, fallback: tuple[str, str] = ("", "")) -> None:
-        st, step = state.settings, state.stats.last_step
-        label, style = STATE_LABELS.get(state.state, (state.state, "bold"))
-        if state.replay is not None:
-            r = state.replay
-            label = f"{'▶' if r.playing else '⏸'} replay {r.speed:g}x {clock(r.position)}/{clock(r.duration)}"
-            style = "bold $accent" if r.playing else "bold $warning"
-        target, draft = (model_name(st.target), st.drafter) if st else fallback
-        k_now = state.k_in_force()
-        tps = state.stats.tokens_per_s
-        acc = state.stats.recent_counters().acceptance_rate
-        # Optional parts in the order they give way when the terminal is narrow; the
-        # numbers an operator watches (tok/s, acceptance, K) never do.
-        optional = {
-            "content": step.content if step is not None and step.content else None,
-            "temp": f"T {st.temperature:g}" if st is not None and st.temperature is not None else None,
-            "experts": f"experts {st.experts_active}/{st.expert_count}"
-            if st is not None and st.expert_count else None,
-        }
-        give_way = [k for k in optional if optional[k]]
-        # Tries, widest first: shorter model names, then fewer optional parts.
-        tries = [((24, 20), 0), ((18, 14), 0), ((12, 10), 0)]
-        tries += [((12, 10), n) for n in range(1, len(give_way) + 1)] + [((8, 6), len(give_way))]
-        width = self.app.size.width
-        parts: list[str] = []
-        for (target_w, draft_w), n_dropped in tries:
-            shown = {k: optional[k] for k in give_way[n_dropped:]}
-            parts = [label, f"{short(target, target_w)} ← {short(draft, draft_w)}"]
-            if st is not None:
-                k_text = "?" if k_now is None else str(k_now)
-                parts.append(f"K {k_text} {'adaptive' if st.adaptive else 'fixed'}")
-            parts += [v for k in ("temp", "experts") if (v := shown.get(k))]
-            parts.append(f"{tps:.1f} tok/s" if tps is not None else "– tok/s")
-            parts.append(f"acc {acc:.0%}" if acc is not None else "acc –")
-            if content := shown.get("content"):
-                parts.append(content)
-            if len(" │ ".join(parts)) + 2 <= width:
-                break
-        parts[0] = f"[{style}]{label}[/]"
-        parts[1:] = [escape(p) for p in parts[1:]]
-        line = " │ ".join(parts)
+        self._shown = (state, fallback)
+        parts, style = status_parts(state, fallback, self.app.size.width)
+        line = SEPARATOR.join([f"[{style}]{escape(parts[0])}[/]", *(escape(p) for p in parts[1:])])
         if line != self.line:
             self.line = line
             self.update(line, layout=False)
+
+    def on_resize(self, _event: events.Resize) -> None:
+        # The fit depends on the width: refit now, not at the next event or refresh tick.
+        if self._shown is not None:
+            self.show(*self._shown)
