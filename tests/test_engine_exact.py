@@ -41,6 +41,14 @@ def run_engine(session, prompt_tokens, max_tokens=N_TOKENS, on_step=None):
     return steps, summary
 
 
+def apply(session, *cmds):
+    """Change settings the way the dashboard does: commands, applied between runs."""
+    for cmd in cmds:
+        session.send(cmd)
+    notices = [ev for ev in session.engine.apply_pending() if isinstance(ev, C.NoticeEvent)]
+    assert not [n for n in notices if "refused" in n.message], notices
+
+
 def generated_tokens(steps):
     return [t for s in steps for t in s.tokens]
 
@@ -86,12 +94,12 @@ def test_greedy_output_is_the_targets_own(qwen_session, reference, near_ties, dr
     session = qwen_session
     prompt = session.prompt_tokens(by_name(prompt_name).text)
     plain = greedy(prompt, N_TOKENS)
-    saved = session.engine.drafter
-    session.engine.drafter = session.make_drafter("qwen2.5-coder-0.5b" if drafter == "draft" else "lookup")
+    saved = session.settings.draft
+    apply(session, C.SetDrafter("qwen2.5-coder-0.5b" if drafter == "draft" else "lookup"))
     ties = 0
     try:
         for k in (2, 4, 8):
-            session.engine.settings.k = k
+            apply(session, C.SetK(k))
             steps, summary = run_engine(session, prompt)
             got = generated_tokens(steps)
             assert summary.num_draft_tokens > 0, f"{drafter} K={k} never drafted"
@@ -109,8 +117,7 @@ def test_greedy_output_is_the_targets_own(qwen_session, reference, near_ties, dr
                     ties += 1
             assert ties > 0, f"{drafter} K={k}: differs from plain decoding without a near-tie"
     finally:
-        session.engine.drafter.close()
-        session.engine.drafter = saved
+        apply(session, C.SetDrafter(saved), C.SetK(4))
     near_ties.append(f"{prompt_name} / {drafter}: {ties} near-tie mismatches over K in (2, 4, 8), {N_TOKENS} tokens each")
 
 
@@ -120,19 +127,18 @@ def test_greedy_exact_with_adaptive_k_and_chain_drafter(qwen_session, reference,
     session = qwen_session
     prompt = session.prompt_tokens(by_name(prompt_name).text)
     plain = greedy(prompt, N_TOKENS)
-    saved, saved_ctl = session.engine.drafter, session.engine.controller
-    session.engine.drafter = session.make_drafter("chain")
+    saved, saved_ctl = session.settings.draft, session.engine.controller
+    apply(session, C.SetDrafter("chain"))
     # Exactness needs drafts to check. On this CPU the real controller rightly stops
     # asking the draft model after one step (test_controller.py covers that); here the
     # verdict is off so it keeps probing, and on a fresh controller.
     session.engine.controller = CostModelController(verdict_margin=0.0, probe_every=4)
-    session.engine.settings.adaptive = True
+    apply(session, C.SetAdaptive(True))
     try:
         steps, summary = run_engine(session, prompt)
     finally:
-        session.engine.settings.adaptive = False
-        session.engine.drafter.close()
-        session.engine.drafter, session.engine.controller = saved, saved_ctl
+        apply(session, C.SetAdaptive(False), C.SetDrafter(saved))
+        session.engine.controller = saved_ctl
     got = generated_tokens(steps)
     assert all(s.adaptive and s.decision for s in steps), "adaptive decisions missing from step events"
     assert summary.num_draft_tokens > 0 and len({s.k for s in steps}) > 1
@@ -150,7 +156,15 @@ def test_greedy_exact_with_adaptive_k_and_chain_drafter(qwen_session, reference,
 class _WrongDrafter:
     """Proposes tokens the target will reject, to force a KV rollback every step."""
 
-    name = "wrong"
+    name = label = "wrong"
+    free = True
+    relative_cost = 0.0
+
+    def parts(self):
+        return [self]
+
+    def forget(self):
+        pass
 
     def __init__(self, offset: int):
         self.offset = offset
@@ -232,10 +246,10 @@ def test_kv_rollback_leaves_no_trace_of_rejected_drafts(target_path):
 def test_set_k_mid_run_applies_next_step_and_keeps_greedy_text(qwen_session):
     session = qwen_session
     prompt = session.prompt_tokens(by_name("json-extraction").text)
-    session.engine.settings.k = 2
+    apply(session, C.SetK(2))
     _, baseline = run_engine(session, prompt, max_tokens=40)
 
-    session.engine.settings.k = 2
+    apply(session, C.SetK(2))
     seen = []
 
     def on_step(ev):
@@ -254,8 +268,7 @@ def test_set_k_mid_run_applies_next_step_and_keeps_greedy_text(qwen_session):
 def test_sampling_is_seeded_and_counts_are_consistent(qwen_session):
     session = qwen_session
     prompt = session.prompt_tokens(by_name("prose").text)
-    session.send(C.SetSampling(temperature=0.8, top_k=40, top_p=0.95))
-    session.engine.settings.k = 4
+    apply(session, C.SetSampling(temperature=0.8, top_k=40, top_p=0.95), C.SetK(4))
     try:
         texts = []
         for _ in range(2):
@@ -267,5 +280,4 @@ def test_sampling_is_seeded_and_counts_are_consistent(qwen_session):
             assert 0.0 <= summary.acceptance_rate <= 1.0
         assert texts[0] == texts[1]
     finally:
-        session.send(C.SetSampling(temperature=0.0))
-        run_engine(session, prompt, max_tokens=1)  # apply it
+        apply(session, C.SetSampling(temperature=0.0))

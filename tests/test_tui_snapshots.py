@@ -47,6 +47,7 @@ def test_draft_picker(snap_compare, tmp_path, monkeypatch, target_path, draft_pa
     from specdash.tui.themes import VARIABLE_DEFAULTS, load_themes
 
     monkeypatch.setenv("SPECDASH_CACHE", str(tmp_path / "cache"))  # nothing cached: the same list anywhere
+    monkeypatch.setenv("HOME", str(tmp_path))  # the shelf shows as ~/models on any machine
     shelf = tmp_path / "models"
     shelf.mkdir()
     for p in (draft_path, gemma_path, smol_path):

@@ -38,6 +38,12 @@ class DraftChoice:
     reason: str = ""  # why not available
 
 
+def _tilde(path: str) -> str:
+    """Home as ~: shorter, and the same on every machine for the same layout."""
+    home = str(Path.home())
+    return "~" + path[len(home):] if path == home or path.startswith(home + "/") else path
+
+
 def draft_choices(target_path: str | None, scan_result: object | None) -> list[DraftChoice]:
     """Model-free sources, then the scanned models judged as drafts for `target_path`
     (compatible first, best first, then the incompatible ones with their failed rule),
@@ -60,7 +66,7 @@ def draft_choices(target_path: str | None, scan_result: object | None) -> list[D
             name = registry.get(path)
             listed.add(path)
             size = f"{v.draft.size / 1e6:.0f} MB" if v.draft.size < 1e9 else f"{v.draft.size / 1e9:.1f} GB"
-            what = f"{v.draft.quant} · {size} · {v.draft.source or v.draft.root}"
+            what = f"{v.draft.quant} · {size} · {_tilde(str(v.draft.source or v.draft.root))}"
             if v.compatible:
                 tag = "SELF " if v.self_speculative else ""
                 desc = f"#{v.rank} {tag}score {v.score:.0f} · {what}"
