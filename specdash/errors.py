@@ -5,6 +5,8 @@ raises SpecdashError with a message that names the thing and what would be valid
 Everything else is a bug and is allowed to show a traceback.
 """
 
+from pathlib import Path
+
 
 class SpecdashError(Exception):
     """A user-facing error: printed as one line, exit code `exit_code` (2 = usage/config)."""
@@ -12,3 +14,15 @@ class SpecdashError(Exception):
     def __init__(self, message: str, exit_code: int = 2):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def read_user_file(path: str | Path, what: str) -> str:
+    """A text file the user named, or a one-line error naming `what` (the flag or key)
+    and the file: missing, unreadable, not UTF-8."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecdashError(f"{what} {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecdashError(f"{what} {path}: cannot read it ({exc.__class__.__name__}: {exc})") from None

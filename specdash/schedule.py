@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdash import events as E
-from specdash.errors import SpecdashError
+from specdash.errors import SpecdashError, read_user_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,13 +72,7 @@ def parse_line(text: str, where: str) -> list[Entry]:
 
 
 def load_schedule(path: str | Path) -> list[Entry]:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecdashError(f"--schedule {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecdashError(f"--schedule {path}: cannot read it ({exc.__class__.__name__}: {exc})") from None
+    text = read_user_file(path, "--schedule")
     entries = []
     for n, line in enumerate(text.splitlines(), 1):
         entries += parse_line(line, f"{path}:{n}")

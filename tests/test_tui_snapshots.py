@@ -11,6 +11,25 @@ from test_tui_support import FailingSession, load_replay, replay_app
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
+
+def themed_host(screen):
+    """A bare app in the dashboard's theme showing one screen (a dialog on its own)."""
+    from textual.app import App
+
+    from specdash.tui.themes import VARIABLE_DEFAULTS, load_themes
+
+    class Host(App):
+        def get_theme_variable_defaults(self):
+            return dict(VARIABLE_DEFAULTS)
+
+        def on_mount(self):
+            for theme in load_themes().values():
+                self.register_theme(theme)
+            self.theme = "specdash-dark"
+            self.push_screen(screen)
+
+    return Host()
+
 N_STEPS = sum(1 for ev in load_replay() if type(ev).__name__ == "StepEvent")
 
 
@@ -40,11 +59,8 @@ def test_help_screen(snap_compare):
 def test_draft_picker(snap_compare, tmp_path, monkeypatch, target_path, draft_path, gemma_path, smol_path):
     """The picker on real models found on disk: the default pair's 0.5B ranked usable, the
     other tokenizers greyed with the rule they fail."""
-    from textual.app import App
-
     from specdash.models.scan import scan
     from specdash.tui.screens.draft_picker import DraftPicker
-    from specdash.tui.themes import VARIABLE_DEFAULTS, load_themes
 
     monkeypatch.setenv("SPECDASH_CACHE", str(tmp_path / "cache"))  # nothing cached: the same list anywhere
     monkeypatch.setenv("HOME", str(tmp_path))  # the shelf shows as ~/models on any machine
@@ -54,17 +70,8 @@ def test_draft_picker(snap_compare, tmp_path, monkeypatch, target_path, draft_pa
         (shelf / p.name).symlink_to(p)
     result = scan([shelf], use_cache=False)
 
-    class Host(App):
-        def get_theme_variable_defaults(self):
-            return dict(VARIABLE_DEFAULTS)
-
-        def on_mount(self):
-            for theme in load_themes().values():
-                self.register_theme(theme)
-            self.theme = "specdash-dark"
-            self.push_screen(DraftPicker("lookup", str(target_path), scan_result=result, scan_on_open=False))
-
-    assert snap_compare(Host(), terminal_size=(110, 30))
+    picker = DraftPicker("lookup", str(target_path), scan_result=result, scan_on_open=False)
+    assert snap_compare(themed_host(picker), terminal_size=(110, 30))
 
 
 def test_engine_error_is_shown(snap_compare):
@@ -82,29 +89,15 @@ def test_engine_error_is_shown(snap_compare):
 def test_sweep_view(snap_compare):
     """The K sweep view with a finished sweep: points with error bars across rounds, the
     plain reference line, the best K marked, the table."""
-    from textual.app import App
-
-    from specdash import events as E
     from specdash.sweep import Sweep
     from specdash.tui.screens.sweep import SweepScreen
-    from specdash.tui.themes import VARIABLE_DEFAULTS, load_themes
     from test_sweep import BEFORE, run_through
 
     sweep = Sweep("p", BEFORE, ks=[0, 2, 4, 8, 12, 16, 24], rounds=2, max_tokens=96)
     run_through(sweep, {0: [20.0, 22.0], 2: [24.0, 27.0], 4: [29.0, 31.0], 8: [33.0, 36.0],
                         12: [34.0, 37.5], 16: [33.0, 35.0], 24: [28.0, 31.0]})
 
-    class Host(App):
-        def get_theme_variable_defaults(self):
-            return dict(VARIABLE_DEFAULTS)
-
-        def on_mount(self):
-            for theme in load_themes().values():
-                self.register_theme(theme)
-            self.theme = "specdash-dark"
-            self.push_screen(SweepScreen(sweep))
-
-    assert snap_compare(Host(), terminal_size=(120, 36))
+    assert snap_compare(themed_host(SweepScreen(sweep)), terminal_size=(120, 36))
 
 
 def test_markers_at_the_hot_swaps(snap_compare):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specdash.engine.settings import LIMIT, Limit
-from specdash.errors import SpecdashError
+from specdash.errors import SpecdashError, read_user_file
 
 
 def limit_type(lim: Limit) -> Callable[[str], Any]:
@@ -85,15 +85,9 @@ def read_prompt_file(name: str) -> str:
         if not text.strip():
             raise SpecdashError("--prompt-file -: standard input was empty")
         return text
-    path = Path(name)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecdashError(f"--prompt-file {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecdashError(f"--prompt-file {path}: cannot read it ({exc.__class__.__name__}: {exc})") from None
+    text = read_user_file(name, "--prompt-file")
     if not text.strip():
-        raise SpecdashError(f"--prompt-file {path}: the file is empty")
+        raise SpecdashError(f"--prompt-file {Path(name)}: the file is empty")
     return text
 
 
