@@ -6,7 +6,7 @@
 them in order and then keeps answering the last one, so every poll is of a busy server
 and no counter ever goes down).
 The attaching process is the real CLI, `specdash attach URL x8 --watch --json` with its
-output thrown away (or, with --mode fleet, the fleet table in a headless Textual app);
+output thrown away (or, with --mode fleet, the dashboard `specdash attach` opens on several URLs, headless);
 psutil measures its CPU time over --seconds after a warm-up. Target: < 3% of one core.
 
     python benchmarks/attach_overhead.py [--servers 8] [--interval 1] [--seconds 60] [--mode watch|fleet]
@@ -31,10 +31,10 @@ FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "llam
 FLEET_APP = """
 import sys
 from specdash.sources.remote import RemoteSource
-from specdash.tui.screens.fleet import FleetApp
+from specdash.tui.fleet_app import FleetDashboard
 interval = float(sys.argv[1])
 sources = [RemoteSource(url, interval=interval) for url in sys.argv[2:]]
-FleetApp(sources).run(headless=True, size=(160, 30))
+FleetDashboard(sources, screenshots_dir="/tmp").run(headless=True, size=(160, 30))
 """
 
 

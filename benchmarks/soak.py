@@ -193,7 +193,9 @@ def main() -> int:
     if args.draft:
         cmd += ["--draft", args.draft]
     tmux = Tmux(f"specdash-soak-{os.getpid()}")
-    tmux("new-session", "-d", "-s", "soak", "-x", "120", "-y", "36",
+    # A long history: if the process dies, its traceback is kept for the report.
+    tmux("start-server", ";", "set-option", "-g", "history-limit", "20000", ";",
+         "new-session", "-d", "-s", "soak", "-x", "120", "-y", "36",
          " ".join(shlex.quote(c) for c in cmd) + "; echo SOAK-EXIT:$?; sleep 600")
     rng = random.Random(args.seed)
     driver = Driver(tmux, rng)
@@ -233,6 +235,8 @@ def main() -> int:
         tmux.keys("q")
         exited = tmux.wait(lambda s: "SOAK-EXIT:" in s, 30)
         final = tmux.screen()
+        history = tmux("capture-pane", "-p", "-S", "-20000", "-t", "soak")
+        (work / "pane.txt").write_text(history, encoding="utf-8")
     finally:
         subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True, check=False)
 
@@ -246,8 +250,12 @@ def main() -> int:
     if "Traceback" in screen or "Traceback" in final:
         errors.append("a traceback on screen")
     if lost:
-        errors.append(lost)
-    if not exited or "SOAK-EXIT:0" not in final:
+        # What the process printed as it ended (Textual prints a crash's traceback after
+        # leaving the alternate screen), then its exit status.
+        tail = [ln.rstrip() for ln in history.splitlines() if ln.strip()][-25:]
+        errors.append(lost + f"; the pane's last lines (all of it in {work / 'pane.txt'}):\n"
+                      + "\n".join(f"      {ln}" for ln in tail))
+    if not lost and (not exited or "SOAK-EXIT:0" not in final):
         errors.append(f"q did not end the process with status 0: {final.strip().splitlines()[-1:]}")
     growth = (rss_end - rss_start) / rss_start
     kinds: dict[str, int] = {}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import shlex
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +99,11 @@ class Schedule:
         self._timer = timer or _thread_timer
         self.sent: list[Entry] = []
         self._last_batch: list[Entry] = []  # sent after the latest step
+        # Pauses sent together overlap: the one ending last owns the single Resume. (One
+        # Resume per pause let an early one end a later step's pause, and the last Resume
+        # could arrive after the run had ended.)
+        self._resume_at = 0.0
+        self._resume_owner = 0
 
     def after_step(self, step: int) -> None:
         self._last_batch = []
@@ -107,8 +113,23 @@ class Schedule:
             self.sent.append(entry)
             self._last_batch.append(entry)
             if entry.pause_s > 0:
-                # The engine blocks while paused; the Resume comes from another thread.
-                self._timer(entry.pause_s, lambda: self._send(E.Resume()))
+                self._pause_for(entry.pause_s)
+
+    def _pause_for(self, seconds: float) -> None:
+        # The engine blocks while paused; the Resume comes from another thread.
+        ends = time.monotonic() + seconds
+        if ends <= self._resume_at:
+            return  # an overlapping pause already resumes later
+        self._resume_at = ends
+        self._resume_owner += 1
+        owner = self._resume_owner
+
+        def resume() -> None:
+            if owner == self._resume_owner:
+                self._resume_at = 0.0  # the window is closed: a later pause opens its own
+                self._send(E.Resume())
+
+        self._timer(seconds, resume)
 
     @property
     def left(self) -> list[Entry]:

@@ -147,6 +147,23 @@ def test_commands_go_out_after_their_step_in_file_order():
     assert [e.command for e in schedule.unapplied()] == [E.SetK(5), E.SetSampling(temperature=0.5), E.Pause(), E.SetK(1)]
 
 
+def test_pauses_sent_together_share_one_resume_from_the_longest():
+    """Two pauses after one step: the engine is paused once, and only the longer one
+    resumes it. (A Resume per pause let the shorter one's second Resume end the pause of a
+    later step early, and the last Resume arrive after the run had ended: CI saw
+    "4 pauses applied but 3 resumes reported".)"""
+    sent: list[E.Command] = []
+    timer = FakeTimer()
+    schedule = Schedule(parse_at(["6:pause=5s pause=1s", "12:pause=2s"]), sent.append, timer=timer)
+    schedule.after_step(6)
+    for _, fire in timer.armed:  # both fire; the 1 s one is not the owner
+        fire()
+    assert sent == [E.Pause(), E.Pause(), E.Resume()]
+    schedule.after_step(12)  # a later step's pause: a window of its own
+    timer.armed[-1][1]()
+    assert sent[3:] == [E.Pause(), E.Resume()]
+
+
 def test_a_scheduled_stop_applies_the_batch_up_to_it():
     schedule = Schedule(parse_at(["2:k=3 stop k=4", "5:k=1"]), lambda cmd: None, timer=FakeTimer())
     schedule.after_step(2)

@@ -8,12 +8,12 @@ Feed it with `update_server(ev)` (on the UI thread). Sort with `s` (next column)
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.coordinate import Coordinate
 from textual.message import Message
@@ -253,56 +253,3 @@ class FleetScreen(Screen[None]):
         """URLs in display order (for tests and the app)."""
         table = self.table
         return [str(table.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value) for row in range(table.row_count)]
-
-
-# --- a minimal host: the fleet table alone (until the dashboard app hosts it) ---
-
-
-class _Drain(Message):
-    """Events are waiting in the outboxes."""
-
-
-class FleetApp(App[int]):
-    """The fleet table on its own, fed by RemoteSources through Outboxes. `q` quits."""
-
-    BINDINGS = [Binding("q", "quit", "Quit", id="fleet.quit")]
-
-    def __init__(self, sources: Sequence[Any]) -> None:
-        super().__init__()
-        self.sources = list(sources)
-        self.fleet = FleetScreen()
-        self._outboxes: list[Any] = []
-
-    def on_mount(self) -> None:
-        from specdash.sources.base import Outbox
-
-        self.push_screen(self.fleet)
-        # One outbox for every server: the rows are drawn together, at most once a second
-        # (a DataTable redraws all its cells on any change), transitions at once.
-        box = Outbox(self._ping, flush_interval=1.0)
-        self._outboxes.append(box)
-        for source in self.sources:
-            source.start(box.emit)
-
-    def _ping(self) -> None:
-        self.post_message(_Drain())  # thread-safe
-
-    def on__drain(self, _: _Drain) -> None:
-        latest: dict[str, ServerEvent] = {}
-        for box in self._outboxes:
-            for ev in box.drain():
-                if isinstance(ev, ServerEvent):
-                    latest[ev.url] = ev  # only the newest row of each server is drawn
-        for ev in latest.values():
-            self.fleet.update_server(ev)
-
-    def on_fleet_screen_open(self, message: FleetScreen.Open) -> None:
-        self.notify(f"{message.url}: the full panels are not wired into attach yet", timeout=3)
-
-    def on_unmount(self) -> None:
-        for source in self.sources:
-            source.close()
-
-
-def run_fleet_app(sources: Sequence[Any]) -> int:
-    return FleetApp(sources).run() or 0
