@@ -50,6 +50,7 @@ PROMPTS = [
 ]
 TEMPERATURES = ["0", "0.7", "0", "1.2", "0.3"]
 DONE = "Done. Press n for a new prompt."
+PAUSED = "⏸ paused"
 
 
 class Tmux:
@@ -135,6 +136,11 @@ class Driver:
             self.paused = False
             self.tmux.keys("Space")
             return "resume"
+        if PAUSED in self.tmux.screen():
+            # Paused though this driver did not mean it (a Space that landed while a
+            # dialog was closing): resume, or the soak measures an idle dashboard.
+            self.tmux.keys("Space")
+            return "resume (resync)"
         choice = self.rng.choices(
             ["k_up", "k_down", "draft", "adaptive", "temp", "pause", "prompt", "experts", "shot"],
             weights=[5, 4, 4, 2, 2, 1, 1, 1, 1])[0]

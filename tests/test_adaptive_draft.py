@@ -47,7 +47,7 @@ class ScriptedController:
         self.trims.append((source, evidence, available))
         return min(self.trim_to, available), f"trim {source}"
 
-    def choose(self, content):
+    def choose(self, content, catch_up_ms=0.0):
         return self.k, "choose"
 
 

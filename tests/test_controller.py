@@ -102,6 +102,18 @@ def test_rises_to_k_max_on_high_acceptance_with_cheap_drafts():
     assert "K=16" in reason and "α=" in reason and "code" in reason
 
 
+def test_a_draft_model_catch_up_is_priced_before_it_is_paid():
+    """In a chain the draft model sits out the steps lookup drafts, then must catch up on
+    them before drafting: choose() adds that to the cost of any K > 0 (the summarization
+    chain ran at 0.85x plain while this cost was left out)."""
+    ctl = CostModelController(k_min=0, k_max=16)
+    run(ctl, 30, lambda k: k * 6 // 10, DRAFT_MODEL_MS / 4, flat_verify_ms)
+    k, _ = ctl.choose("code")
+    assert k > 0  # drafting pays when the model is in step
+    k, reason = ctl.choose("code", catch_up_ms=3 * SINGLE_MS)
+    assert k == 0 and "catch-up 87 ms" in reason
+
+
 def test_falls_to_zero_when_drafts_are_rejected_then_probes_with_backoff():
     ctl = CostModelController(k_min=0, k_max=16, probe_k=4, probe_steps=2, probe_every=16)
     traj = run(ctl, 400, NONE, FREE_DRAFT_MS, cpu_verify_ms)

@@ -137,11 +137,17 @@ def test_draft_model_reports_catch_up_apart_from_drafting(smol_path):
     d = DraftModelDrafter(llm)
     rng = np.random.default_rng(0)
     try:
-        toks = llm.tokenize("one two three four five six seven eight nine ten " * 3)
+        toks = llm.tokenize("one two three four five six seven eight nine ten " * 10)  # 101 tokens
         d.prefill(toks[:20])
         step = d.propose(toks[:21], 2, SamplingParams(), rng)  # two new tokens: the normal rhythm
         assert step.prep_ms == 0.0 and len(step.tokens) == 2
+        assert d.catch_up_ms(toks[:60]) == 0.0  # no catch-up measured yet: nothing to price by
         later = d.propose(toks[:60], 2, SamplingParams(), rng)  # sat out ~40 tokens
         assert later.prep_ms > 0.0 and later.cut(1).prep_ms == later.prep_ms
+        # Now it knows what a catch-up token costs it, and how far behind it would be: in
+        # step (the previous draft accepted) it owes nothing, having sat out it owes more.
+        assert d.catch_up_ms([*toks[:60], 7]) == 0.0
+        owed = d.catch_up_ms(toks[:80]), d.catch_up_ms(toks[:90])
+        assert 0.0 < owed[0] < owed[1]
     finally:
         d.close()

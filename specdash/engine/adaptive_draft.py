@@ -40,6 +40,9 @@ def propose_adaptive(
                 k, why = controller.trim(offer.source, offer.evidence, len(offer.tokens), content)
                 draft = offer.cut(k)
         else:
-            k, why = controller.choose(content)
+            # Only a draft model falls behind while others draft; its catch-up is part
+            # of what drafting from it now would cost.
+            catch_up = getattr(source, "catch_up_ms", None)
+            k, why = controller.choose(content, catch_up(tokens) if catch_up else 0.0)
             draft = source.propose(tokens, min(k, k_cap), sampling, rng)
     return draft, k, why

@@ -25,8 +25,9 @@ from specdash.errors import SpecdashError
 
 
 class KController(Protocol):
-    def choose(self, content: str) -> tuple[int, str]:
-        """(K for the next step, a short reason for the UI)."""
+    def choose(self, content: str, catch_up_ms: float = 0.0) -> tuple[int, str]:
+        """(K for the next step, a short reason for the UI). `catch_up_ms`: what the draft
+        model would spend first on tokens it sat out, paid only if K > 0."""
         ...
 
     def trim(self, source: str, evidence: int, available: int, content: str) -> tuple[int, str]:
@@ -139,7 +140,7 @@ class ThresholdController:
     def seed_costs(self, ms: dict[int, float]) -> None:
         pass
 
-    def choose(self, content: str) -> tuple[int, str]:
+    def choose(self, content: str, catch_up_ms: float = 0.0) -> tuple[int, str]:
         return self.k, self._reason
 
     def trim(self, source: str, evidence: int, available: int, content: str) -> tuple[int, str]:
@@ -354,8 +355,9 @@ class CostModelController:
         cov = sum(w[m] * (m - mx) * (cost[m] - my) for m in sizes)
         return max(cov / var, 0.0)  # a bigger batch never costs less; noise can say so
 
-    def rates(self, content: str) -> dict[int, float]:
-        """Expected tokens per ms for each K in range (empty until costs are known)."""
+    def rates(self, content: str, catch_up_ms: float = 0.0) -> dict[int, float]:
+        """Expected tokens per ms for each K in range (empty until costs are known);
+        drafting (K > 0) first pays `catch_up_ms`."""
         a = self.alpha(content)
         d = self._draft_ms.value
         out: dict[int, float] = {}
@@ -363,11 +365,11 @@ class CostModelController:
             s = self.step_cost(k + 1)
             if s is None:
                 return {}
-            out[k] = expected_tokens(a, k) / (d * k + s)
+            out[k] = expected_tokens(a, k) / (d * k + s + (catch_up_ms if k else 0.0))
         return out
 
     # --- the interface ------------------------------------------------------------------
-    def choose(self, content: str) -> tuple[int, str]:
+    def choose(self, content: str, catch_up_ms: float = 0.0) -> tuple[int, str]:
         if content != self._content:
             self._content = content
             self._probe_interval = self.probe_every
@@ -384,7 +386,7 @@ class CostModelController:
             self._probe_left -= 1
             return self.probe_k, f"probe K={self.probe_k}: is drafting worth it again?"
 
-        rates = self.rates(content)
+        rates = self.rates(content, catch_up_ms)
         best = max(rates, key=rates.__getitem__)
         if self._k in rates and rates[self._k] >= rates[best] * (1.0 - self.hysteresis):
             best = self._k
@@ -403,7 +405,8 @@ class CostModelController:
             self._probe_interval = min(2 * self._probe_interval, self.probe_max)
             self._probe_left = self.probe_steps - 1
             return self.probe_k, f"probe K={self.probe_k}: is drafting worth it again?"
-        return 0, f"α={a:.2f} {label}: plain decoding wins (K=0)"
+        catch_up = f" (catch-up {catch_up_ms:.0f} ms)" if catch_up_ms >= 1 else ""
+        return 0, f"α={a:.2f} {label}: plain decoding wins (K=0){catch_up}"
 
     def _hold(self, k: int) -> int:
         self._k = k

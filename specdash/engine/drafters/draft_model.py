@@ -29,12 +29,9 @@ class DraftModelDrafter:
         self._kv: list[int] = []  # tokens whose KV entries sit in the draft context, in order
         self._committed = 0  # committed length at the last sync: a known common prefix
         self._prep_ms = 0.0
+        self._catch_up_ms = 0.0  # ms per token of a catch-up batch, as last measured (EMA)
 
-    def _sync(self, tokens: Sequence[int]) -> np.ndarray:
-        """Bring the draft KV cache in step with the committed tokens; return the logits
-        after the last one. Everything past the longest common prefix is stale: drafts
-        the target rejected. Committed tokens only grow within a prompt, so the prefix
-        is found by walking forward from where the last sync ended."""
+    def _common_prefix(self, tokens: Sequence[int]) -> int:
         kv = self._kv
         n = 0
         limit = min(len(kv), len(tokens))
@@ -44,6 +41,15 @@ class DraftModelDrafter:
             n = start
         while n < limit and kv[n] == tokens[n]:
             n += 1
+        return n
+
+    def _sync(self, tokens: Sequence[int]) -> np.ndarray:
+        """Bring the draft KV cache in step with the committed tokens; return the logits
+        after the last one. Everything past the longest common prefix is stale: drafts
+        the target rejected. Committed tokens only grow within a prompt, so the prefix
+        is found by walking forward from where the last sync ended."""
+        kv = self._kv
+        n = self._common_prefix(tokens)
         if n == len(tokens):  # nothing new: re-decode the last token to get its logits
             n -= 1
         if n < len(kv):
@@ -61,9 +67,21 @@ class DraftModelDrafter:
         # plus the last draft token when all were accepted: it never had its own pass);
         # more means this drafter sat out steps, and the rest was catch-up.
         extra = max(len(feed) - 2, 0)
-        self._prep_ms = (time.perf_counter() - t0) * 1e3 * extra / len(feed)
+        per_token = (time.perf_counter() - t0) * 1e3 / len(feed)
+        self._prep_ms = per_token * extra
+        if extra:
+            old = self._catch_up_ms
+            self._catch_up_ms = per_token if old == 0 else old + 0.25 * (per_token - old)
         row: np.ndarray = logits[0]
         return row
+
+    def catch_up_ms(self, tokens: Sequence[int]) -> float:
+        """What the next propose() would spend catching up on the tokens committed while
+        this model sat out (beyond the usual two per step), at its measured cost per
+        catch-up token; 0 until one catch-up was measured. Adaptive K prices a draft with
+        it: in a chain that drafts from lookup most steps, each return to the model pays it."""
+        behind = len(tokens) - self._common_prefix(tokens) - 2
+        return behind * self._catch_up_ms if behind > 0 else 0.0
 
     def propose(
         self, tokens: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator | None
