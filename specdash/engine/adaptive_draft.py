@@ -44,5 +44,8 @@ def propose_adaptive(
             # of what drafting from it now would cost.
             catch_up = getattr(source, "catch_up_ms", None)
             k, why = controller.choose(content, catch_up(tokens) if catch_up else 0.0)
-            draft = source.propose(tokens, min(k, k_cap), sampling, rng)
+            # The controller knows nothing of the room left (context, token budget): the
+            # step reports the K it could use, not the K the controller wished for.
+            k = min(k, k_cap)
+            draft = source.propose(tokens, k, sampling, rng)
     return draft, k, why
