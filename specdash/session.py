@@ -189,6 +189,10 @@ class Session:
     def send(self, cmd: Command) -> None:
         self.engine.send(cmd)
 
+    def apply_pending(self) -> Iterator[Event]:
+        """Apply what was sent while no prompt runs (a Stop there is for no run)."""
+        yield from self.engine.apply_pending(skip_stop=True)
+
     def close(self) -> None:
         self.engine.drafter.close()
         for drafter in self._draft_models.values():

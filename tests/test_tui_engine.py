@@ -11,6 +11,7 @@ from specdash.session import Session
 from specdash.engine.settings import EngineSettings
 from specdash.events import NoticeEvent, PromptEvent, SettingsEvent, StepEvent
 from specdash.tui.app import DashboardOptions, SpecdashApp
+from specdash.tui.screens.ask import AskScreen
 from specdash.tui.screens.draft_picker import DraftPicker
 from specdash.tui.widgets.plots import Plot
 from specdash.tui.widgets.generation import GenerationView
@@ -35,6 +36,11 @@ class Recorder:
 
     def send(self, cmd) -> None:
         self.inner.send(cmd)
+
+    def apply_pending(self):
+        for ev in self.inner.apply_pending():
+            self.events.append(ev)
+            yield ev
 
     def run(self, prompt, max_tokens=None):
         events = self.inner.run(prompt, max_tokens)
@@ -99,6 +105,33 @@ async def test_plus_raises_k_in_the_following_steps_and_the_k_chart(tmp_path, sm
         assert any(label == "K=3" for _, label in app.state.stats.markers)  # the hot-swap marker
         assert app.stats.settings.k == 3
         assert "K 3 fixed" in str(app.query_one("#status").render())
+
+
+@sync
+async def test_keys_between_prompts_change_the_settings_at_once(tmp_path, smol_path):
+    # CI once pressed `a` in the sweep view just after the prompt ended: the SetK waited
+    # for a next prompt that never came, and the status kept the old K.
+    app, recs, notes = real_app(tmp_path, smol_path)
+    app.options.settings = app.options.settings.replace(max_tokens=8)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.engine_state == "idle", "the short prompt done")
+        await pilot.press("plus")
+        await until(pilot, lambda: app.stats.settings.k == 3, "K=3 between prompts")
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, DraftPicker), "the picker")
+        option_list = app.screen.query_one("OptionList")
+        option_list.highlighted = [c.spec for c in app.screen.choices].index("suffix")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.stats.settings.drafter == "suffix", "the suffix drafter between prompts")
+        assert app.engine_state == "idle" and "K 3 fixed" in str(app.query_one("#status").render())
+        # The next prompt runs on them.
+        await pilot.press("n")
+        await until(pilot, lambda: isinstance(app.screen, AskScreen), "the prompt dialog")
+        await pilot.press(*"Count from 1 to 20.", "enter")
+        await until(pilot, lambda: len(recs[0].events) and any(isinstance(e, StepEvent) and e.drafter == "suffix"
+                                                               for e in recs[0].events), "a step by suffix")
+        assert {e.k for e in steps(recs[0]) if e.drafter == "suffix"} <= {3}
+        assert not any(sev == "error" for sev, _ in notes)
 
 
 @sync

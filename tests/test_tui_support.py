@@ -57,6 +57,9 @@ class ReplaySession:
         self.sent.append(cmd)
         self._commands.put(cmd)
 
+    def apply_pending(self):
+        return []  # commands wait for the next run, as before
+
     def run(self, prompt: str, max_tokens=None):
         self.runs.append(prompt)
         group = self.groups[min(len(self.runs), len(self.groups)) - 1]

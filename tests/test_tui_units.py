@@ -122,6 +122,9 @@ class ScriptSession:
         if isinstance(cmd, C.Stop):
             self.stop.set()
 
+    def apply_pending(self):
+        return []  # commands wait for the next run, as before
+
     def run(self, prompt, max_tokens=None):
         self.stop.clear()
         yield settings_event()

@@ -122,10 +122,13 @@ class Engine:
             **flat,
         )
 
-    def apply_pending(self) -> Iterator[Event]:
-        """Apply every queued command now, between runs (the bench's sweeps)."""
+    def apply_pending(self, skip_stop: bool = False) -> Iterator[Event]:
+        """Apply every queued command now, between runs (the bench's sweeps, the
+        dashboard between prompts). `skip_stop`: drop Stops, which no run is there to end."""
         while not self._queue.empty():
-            yield from self._apply(self._queue.get_nowait())
+            cmd = self._queue.get_nowait()
+            if not (skip_stop and isinstance(cmd, E.Stop)):
+                yield from self._apply(cmd)
 
     def _apply(self, cmd: E.Command) -> Iterator[Event]:
         """Apply one command; refusals become notices and leave settings unchanged."""

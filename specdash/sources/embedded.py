@@ -35,6 +35,10 @@ class SessionLike(Protocol):
 
     def send(self, cmd: E.Command) -> None: ...
 
+    def apply_pending(self) -> Iterable[Event]:
+        """Apply the commands sent while no prompt runs; their settings events."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -55,9 +59,17 @@ class ShutdownRequested(BaseException):
     A BaseException so that no `except Exception` on the way swallows it."""
 
 
+class Commands:
+    """What PromptQueue.next() returns when poked: commands wait, not a prompt."""
+
+
+COMMANDS = Commands()
+
+
 class PromptQueue:
     """Prompts the operator typed, in order; then, if a workload is set, the workload
-    cycling forever."""
+    cycling forever. Between prompts the engine thread waits here, so a command sent
+    while it waits pokes it awake to apply that command."""
 
     def __init__(self, workload: Iterable[WorkItem] = ()):
         self._workload = list(workload)
@@ -65,6 +77,12 @@ class PromptQueue:
         self._typed: deque[WorkItem] = deque()
         self._cond = threading.Condition()
         self._closed = False
+        self._poked = False
+
+    def poke(self) -> None:
+        with self._cond:
+            self._poked = True
+            self._cond.notify_all()
 
     def push(self, item: WorkItem) -> None:
         with self._cond:
@@ -79,8 +97,9 @@ class PromptQueue:
             self._closed = True
             self._cond.notify_all()
 
-    def next(self) -> WorkItem | None:
-        """The next prompt; blocks while there is none; None once closed."""
+    def next(self) -> WorkItem | Commands | None:
+        """The next prompt; blocks while there is none; COMMANDS when poked meanwhile;
+        None once closed."""
         with self._cond:
             while True:
                 if self._closed:
@@ -91,6 +110,9 @@ class PromptQueue:
                     item = self._workload[self._next_workload % len(self._workload)]
                     self._next_workload += 1
                     return item
+                if self._poked:
+                    self._poked = False
+                    return COMMANDS
                 self._cond.wait()
 
     def would_block(self) -> bool:
@@ -140,8 +162,12 @@ class EmbeddedSource:
             if self.session is None:
                 self._pending.append(cmd)
                 return
-            session = self.session
+            session, between_prompts = self.session, not self._running
         session.send(cmd)
+        if between_prompts:
+            # No step will come to apply it: wake the thread to (a prompt that starts
+            # first applies it before its prefill; the wake then finds nothing to do).
+            self.prompts.poke()
 
     def close(self) -> None:
         """Make the thread end within about one engine step."""
@@ -202,12 +228,23 @@ class EmbeddedSource:
             self.finished.set()
 
     def _loop(self, session: SessionLike) -> None:
+        idle_said = False
         while not self._shutdown.is_set():
-            if self.prompts.would_block():
+            if self.prompts.would_block() and not idle_said:
                 self._emit(E.StatusEvent("idle", "Done. Press n for a new prompt.", t=E.now()))
+                idle_said = True
             item = self.prompts.next()
             if item is None or self._shutdown.is_set():
                 return
+            if isinstance(item, Commands):
+                # Settings changed between prompts show now, not when the next one starts.
+                for ev in session.apply_pending():
+                    if isinstance(ev, E.SettingsEvent):
+                        with self._lock:
+                            self._paused = ev.paused
+                    self._emit(ev)
+                continue
+            idle_said = False
             self._abort_run.clear()
             self._emit(E.PromptEvent(item.title, item.text, t=E.now()))
             with self._lock:
