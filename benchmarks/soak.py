@@ -9,7 +9,8 @@ done a new one is typed, so the engine is generating for the whole run.
 
 At the end it reports, from the process and its own recording:
 - RSS of the specdash process at the start (after a warm-up in which every draft source
-  has been loaded once) and at the end, and the growth between them (bar: < 5%);
+  has been loaded once) and at the end, and the growth between them (bar: < 5%), with
+  where it grew: resident MB per mapping (anonymous memory, the heap, each mapped file);
 - steps decoded, commands applied (settings events carrying a command), refusals;
 - errors: error notices or an error state in the recording, a traceback on screen, or
   the process gone before `q` (bar: 0).
@@ -172,6 +173,22 @@ def rss_mb(proc: psutil.Process) -> float:
     return proc.memory_info().rss / 1e6
 
 
+def rss_by_mapping(proc: psutil.Process) -> dict[str, float]:
+    """Resident MB per mapped file, anonymous memory under "[anon]": says where growth is
+    (model pages mapped from a GGUF are file-backed and reclaimable; the heap is not)."""
+    out: dict[str, float] = {}
+    for m in proc.memory_maps(grouped=True):
+        path = m.path if m.path.startswith("/") else (m.path or "[anon]")
+        out[path] = out.get(path, 0.0) + m.rss / 1e6
+    return out
+
+
+def growth_by_mapping(start: dict[str, float], end: dict[str, float], top: int = 5) -> str:
+    diff = {k: end.get(k, 0.0) - start.get(k, 0.0) for k in set(start) | set(end)}
+    biggest = sorted(diff.items(), key=lambda kv: -abs(kv[1]))[:top]
+    return ", ".join(f"{Path(k).name if k.startswith('/') else k} {v:+.1f}" for k, v in biggest)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=30.0, help="length of the soak (default 30)")
@@ -217,7 +234,7 @@ def main() -> int:
         for downs in range(5):
             actions.append(driver.pick_draft(downs))
             time.sleep(4)
-        rss_start = rss_mb(proc)
+        rss_start, maps_start = rss_mb(proc), rss_by_mapping(proc)
         t0 = time.monotonic()
         end = t0 + args.minutes * 60
         next_report = t0 + 60
@@ -233,8 +250,10 @@ def main() -> int:
                 next_report += 60
                 steps = sum(e["event"] == "step" for e in read_events(record))
                 print(f"[{(time.monotonic() - t0) / 60:4.1f} min] RSS {samples[-1][1]:.0f} MB, steps {steps}, "
-                      f"keys {len(actions)}", flush=True)
+                      f"keys {len(actions)}; growth by mapping, MB: {growth_by_mapping(maps_start, rss_by_mapping(proc), 3)}",
+                      flush=True)
         rss_end = rss_mb(proc) if proc.is_running() else float("nan")
+        maps_end = rss_by_mapping(proc) if proc.is_running() else {}
         screen = tmux.screen()
         if driver.paused:
             tmux.keys("Space")
@@ -279,6 +298,7 @@ def main() -> int:
         f"RSS start {rss_start:.1f} MB, end {rss_end:.1f} MB, growth {growth:+.2%} (bar < 5%); "
         f"min {min(r for _, r in samples):.1f}, median {statistics.median(r for _, r in samples):.1f}, "
         f"max {max(r for _, r in samples):.1f} MB over {len(samples)} samples",
+        f"growth by mapping, MB: {growth_by_mapping(maps_start, maps_end) if maps_end else 'n/a (process gone)'}",
         f"steps {steps}, tokens {sum(len(e.get('tokens', [])) for e in events if e['event'] == 'step')}, "
         f"prompts {sum(e['event'] == 'prompt' for e in events)}",
         f"commands applied {len(applied)} ({', '.join(f'{k} {v}' for k, v in sorted(commands.items()))}), "

@@ -311,3 +311,27 @@ async def test_status_line_shows_the_k_in_force_and_keeps_the_numbers_at_80_colu
         line = status()
         assert "K 7 adaptive" in line and "acc " in line and len(line) <= 80, line
         assert app.query_one("#kpanel").border_title.startswith("K 7 (adaptive)")
+
+
+@sync
+async def test_the_footer_keeps_no_removed_keys_however_often_it_rebuilds(tmp_path):
+    # Every dialog opened and closed rebuilds the footer; Textual's own Footer kept each
+    # removed key alive through its watcher list (textual#6666): ~4 widgets a second in
+    # the soak, most of its memory growth.
+    from specdash.tui.widgets.footer import KeyFooter
+
+    app, sessions, notes = recording_app(tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await replayed(pilot)
+        footer = app.query_one(KeyFooter)
+        await pilot.pause(0.2)
+        keys_shown = len(footer.children)
+        assert keys_shown >= 8
+        for _ in range(15):
+            await pilot.press("t")
+            await until(pilot, lambda: isinstance(app.screen, AskScreen), "the temperature dialog")
+            await pilot.press("escape")
+            await until(pilot, lambda: not isinstance(app.screen, AskScreen), "the dialog closes")
+            await pilot.pause(0.05)
+        await pilot.pause(0.2)
+        assert footer.watcher_count() <= 2 * keys_shown, footer.watcher_count()

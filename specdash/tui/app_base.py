@@ -29,7 +29,7 @@ from textual.containers import Container, Grid
 from textual.markup import escape
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from specdash import events as E
 from specdash.engine.settings import LIMIT, EngineSettings
@@ -55,6 +55,7 @@ from specdash.tui.screens.sweep import SweepScreen
 from specdash.tui.screens.help import HelpScreen
 from specdash.tui.status import StatusLine
 from specdash.tui.themes import VARIABLE_DEFAULTS, load_themes
+from specdash.tui.widgets.footer import KeyFooter
 
 TEMPERATURE = LIMIT["temperature"]
 
@@ -234,7 +235,7 @@ class DashboardBase(App[int]):
                 yield Static(id="hints-view")
         yield StatusLine(id="status")
         # The palette key is in the help screen; at 80 columns the footer needs its room.
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyFooter(compact=True, show_command_palette=False)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(VARIABLE_DEFAULTS)

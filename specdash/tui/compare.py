@@ -18,7 +18,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from specdash import events as E
 from specdash.engine.stats import SpecCounters
@@ -26,6 +26,7 @@ from specdash.recording import Recording
 from specdash.tui.reducer import DashState
 from specdash.tui.themes import VARIABLE_DEFAULTS, load_themes
 from specdash.tui.widgets.plots import LegendLocation, Plot, Series, nice_ceiling
+from specdash.tui.widgets.footer import KeyFooter
 
 COLOURS = ("chart-line", "chart-reference")  # A, B
 LABELS = {"k": "K", "temperature": "T", "max_tokens": "max tokens"}
@@ -89,7 +90,7 @@ class CompareApp(App[int]):
                     panel.border_title = title
                     yield Plot(id=pid, y_format="{:.1f}" if pid in ("cmp-acc", "cmp-pos") else "{:.0f}")
         yield Static(id="compare-table")
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
         self.theme = self._theme_name

@@ -18,9 +18,10 @@ from textual.binding import Binding
 from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from specdash.events import ServerEvent
+from specdash.tui.widgets.footer import KeyFooter
 
 
 def _num(value: float | None, fmt: str) -> str:
@@ -133,7 +134,7 @@ class FleetScreen(Screen[None]):
         table: DataTable[Any] = DataTable(id="fleet", cursor_type="row", zebra_stripes=True)
         yield table
         yield Static(self._hint(), id="fleet-hint")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         table = self.table

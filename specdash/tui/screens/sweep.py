@@ -15,10 +15,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, ProgressBar, Static
+from textual.widgets import ProgressBar, Static
 
 from specdash.sweep import Sweep
 from specdash.tui.widgets.plots import Plot, Series, nice_ceiling
+from specdash.tui.widgets.footer import KeyFooter
 
 
 class SweepScreen(Screen[None]):
@@ -52,7 +53,7 @@ class SweepScreen(Screen[None]):
             with Vertical(classes="panel", id="sweep-acc-panel"):
                 yield Plot(id="sweep-acc", y_format="{:.1f}")
         yield Static(id="sweep-table")
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#sweep-tps-panel").border_title = "tok/s vs K"
