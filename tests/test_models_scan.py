@@ -400,12 +400,29 @@ def test_unknown_architecture_with_ssm_keys_is_recurrent(smol_path, tmp_path, pr
     assert m.state == "recurrent"
 
 
-def test_recurrent_arch_table_matches_vendored_llama_cpp():
+def vendored_llama_arch_cpp(work: Path) -> str:
+    """llama-arch.cpp from the sdist of the installed llama-cpp-python (pip's cache, or
+    the package index, as `specdash.llamacpp_tools` gets it)."""
+    import subprocess
+    import sys
+    import tarfile
+
+    from specdash.llamacpp_tools import llama_cpp_python_version
+
+    version = llama_cpp_python_version()
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps",
+                    "--disable-pip-version-check", f"llama-cpp-python=={version}", "-d", str(work)],
+                   check=True, capture_output=True)
+    (archive,) = work.glob("llama_cpp_python-*.tar.gz")
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile(f"llama_cpp_python-{version}/vendor/llama.cpp/src/llama-arch.cpp")
+        assert member is not None
+        return member.read().decode()
+
+
+def test_recurrent_arch_table_matches_vendored_llama_cpp(tmp_path):
     """The tables are copied from llama-arch.cpp; a newer vendored llama.cpp must update them."""
-    src = Path("/tmp/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp/src/llama-arch.cpp")
-    if not src.is_file():
-        pytest.skip("llama.cpp sources not unpacked here")
-    text = src.read_text()
+    text = vendored_llama_arch_cpp(tmp_path)
     names = dict(
         (enum, name) for enum, name in
         __import__("re").findall(r"\{\s*(LLM_ARCH_\w+),\s*\"([^\"]+)\"\s*\}", text)
