@@ -99,6 +99,8 @@ async def test_rows_sorting_enter_and_a_down_row() -> None:
         fleet.update_server(row(B, state="down", last_seen=seen, errors=3,
                                 error="http://b:8080: cannot connect (Connection refused)"))
         await pilot.pause()
+        assert str(table.get_cell(B, "errors")) == "0", "changes to a known row wait for the flush"
+        await pilot.pause(fleet.FLUSH_S + 0.3)  # the flush timer
         status = str(table.get_cell(B, "status"))
         assert status.startswith("down · last seen 4") and "s ago · http://b:8080: cannot connect" in status
         assert str(table.get_cell(B, "errors")) == "3"
@@ -108,6 +110,7 @@ async def test_rows_sorting_enter_and_a_down_row() -> None:
         assert fleet.order[-1] == B
         # Back up: the row recovers in place.
         fleet.update_server(row(B, resets=1))
+        fleet.flush()
         await pilot.pause()
         assert str(table.get_cell(B, "status")) == "up · 1 reset"
         assert table.row_count == 3

@@ -1,8 +1,9 @@
 """The fleet: one row per attached server, rendered only from ServerEvents.
 
-Feed it with `update_server(ev)` (on the UI thread). Sort with `s` (next column) and
-`r` (reverse), or by clicking a column header (again to reverse). Enter on a row posts
-`FleetScreen.Open(url)`; the app opens that server's full dashboard.
+Feed it with `update_server(ev)` (on the UI thread; changes are drawn together, at most
+once a second). Sort with `s` (next column) and `r` (reverse), or by clicking a column
+header (again to reverse). Enter on a row posts `FleetScreen.Open(url)`; the app opens
+that server's full dashboard.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from textual.binding import Binding
 from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import DataTable, Static
 
 from specdash.events import ServerEvent
@@ -107,6 +109,8 @@ class FleetScreen(Screen[None]):
     FleetScreen #fleet-hint { height: 1; color: $text-muted; padding: 0 1; }
     """
 
+    FLUSH_S = 1.0  # row changes are applied together, at most this much later
+
     BINDINGS = [
         Binding("s", "cycle_sort", "Sort", id="fleet.sort"),
         Binding("r", "reverse_sort", "Reverse", id="fleet.reverse"),
@@ -129,6 +133,8 @@ class FleetScreen(Screen[None]):
         self.servers: dict[str, ServerEvent] = {}
         self._shown: dict[str, list[str | Text]] = {}  # the cells as last put in the table
         self._order: list[str] = []
+        self._dirty: set[str] = set()  # rows changed since the last flush
+        self._flush_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         table: DataTable[Any] = DataTable(id="fleet", cursor_type="row", zebra_stripes=True)
@@ -142,6 +148,7 @@ class FleetScreen(Screen[None]):
             table.add_column(col.label, key=col.key)
         for ev in list(self.servers.values()):
             self._put_row(ev)
+        self._dirty.clear()
         self._sort()
         table.focus()
         self.set_interval(1.0, self._refresh_ages)
@@ -157,11 +164,31 @@ class FleetScreen(Screen[None]):
     # --- data ---
 
     def update_server(self, ev: ServerEvent) -> None:
-        """One server's latest row. Call on the UI thread. Only the cells whose text
-        changed are touched, and rows move only when the order changed."""
+        """One server's latest row. Call on the UI thread. A new server's row appears at
+        once; changes to known rows are applied together by `flush`, at most FLUSH_S
+        later: any changed cell makes DataTable redraw every cell, and 8 servers polled
+        each second at their own moments would redraw the table 2-8 times a second
+        (benchmarks/attach_overhead.py --mode fleet: that was most of its CPU)."""
         self.servers[ev.url] = ev
-        if self.is_mounted:
-            self._put_row(ev)
+        self._dirty.add(ev.url)
+        if not self.is_mounted:
+            return
+        if ev.url not in self.table.rows:
+            self.flush()
+        elif self._flush_timer is None:
+            self._flush_timer = self.set_timer(self.FLUSH_S, self.flush)
+
+    def flush(self) -> None:
+        """Put every changed row in the table now (only the cells whose text changed),
+        and move rows only when the order changed."""
+        if self._flush_timer is not None:
+            self._flush_timer.stop()
+            self._flush_timer = None
+        dirty, self._dirty = self._dirty, set()
+        for url in dirty:
+            if url in self.servers:
+                self._put_row(self.servers[url])
+        if dirty:
             self._sort(force=False)
 
     def _cells(self, ev: ServerEvent) -> list[str | Text]:
