@@ -315,23 +315,30 @@ def _check_target_names(targets: Iterable[str]) -> None:
             raise SpecdashError(f"not a llama.cpp target name: {t!r} (e.g. {', '.join(DEFAULT_TARGETS)})")
 
 
+def sdist_download_command(version: str, dest: Path) -> list[str]:
+    """pip downloading llama-cpp-python==version's sdist (pip's cache, or the index) into dest."""
+    return [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+            "--disable-pip-version-check", f"llama-cpp-python=={version}", "-d", str(dest)]
+
+
+def vendored_prefix(version: str) -> str:
+    """Where llama.cpp sits inside that sdist."""
+    return f"llama_cpp_python-{version}/vendor/llama.cpp/"
+
+
 def _fetch_source(version: str, work: Path, progress: Progress, log: _Log) -> Path:
     """Download llama-cpp-python's sdist with pip and extract its vendored llama.cpp."""
     dl = work / "sdist"
     dl.mkdir()
     progress(f"llama.cpp tools: fetching the llama-cpp-python=={version} sdist from the package index (pip download)")
-    _run(
-        [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
-         "--disable-pip-version-check", f"llama-cpp-python=={version}", "-d", str(dl)],
-        log, f"pip download llama-cpp-python=={version}",
-    )
+    _run(sdist_download_command(version, dl), log, f"pip download llama-cpp-python=={version}")
     archives = sorted(dl.glob("llama_cpp_python-*.tar.gz")) or sorted(dl.glob("*.tar.gz"))
     if not archives:
         raise SpecdashError(f"pip download llama-cpp-python=={version} produced no sdist in {dl}", exit_code=1)
     progress(f"llama.cpp tools: extracting vendor/llama.cpp from {archives[0].name}")
     src = work / "src"
     with tarfile.open(archives[0]) as tar:
-        top = f"llama_cpp_python-{version}/vendor/llama.cpp/"
+        top = vendored_prefix(version)
         members = [m for m in tar.getmembers() if m.name.startswith(top)]
         if not members:
             raise SpecdashError(f"{archives[0].name} has no {top} (is this llama-cpp-python's sdist?)", exit_code=1)

@@ -401,21 +401,18 @@ def test_unknown_architecture_with_ssm_keys_is_recurrent(smol_path, tmp_path, pr
 
 
 def vendored_llama_arch_cpp(work: Path) -> str:
-    """llama-arch.cpp from the sdist of the installed llama-cpp-python (pip's cache, or
-    the package index, as `specdash.llamacpp_tools` gets it)."""
+    """llama-arch.cpp from the sdist of the installed llama-cpp-python, fetched the way
+    `specdash.llamacpp_tools` fetches it (pip's cache, or the package index)."""
     import subprocess
-    import sys
     import tarfile
 
-    from specdash.llamacpp_tools import llama_cpp_python_version
+    from specdash.llamacpp_tools import llama_cpp_python_version, sdist_download_command, vendored_prefix
 
     version = llama_cpp_python_version()
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps",
-                    "--disable-pip-version-check", f"llama-cpp-python=={version}", "-d", str(work)],
-                   check=True, capture_output=True)
+    subprocess.run(sdist_download_command(version, work), check=True, capture_output=True)
     (archive,) = work.glob("llama_cpp_python-*.tar.gz")
     with tarfile.open(archive) as tar:
-        member = tar.extractfile(f"llama_cpp_python-{version}/vendor/llama.cpp/src/llama-arch.cpp")
+        member = tar.extractfile(vendored_prefix(version) + "src/llama-arch.cpp")
         assert member is not None
         return member.read().decode()
 

@@ -25,8 +25,8 @@ from specdash.engine.stats import SpecCounters
 from specdash.recording import Recording
 from specdash.tui.reducer import DashState
 from specdash.tui.themes import VARIABLE_DEFAULTS, load_themes
-from specdash.tui.widgets.plots import LegendLocation, Plot, Series, nice_ceiling
 from specdash.tui.widgets.footer import KeyFooter
+from specdash.tui.widgets.plots import LegendLocation, Plot, Series, nice_ceiling
 
 COLOURS = ("chart-line", "chart-reference")  # A, B
 LABELS = {"k": "K", "temperature": "T", "max_tokens": "max tokens"}

@@ -186,8 +186,7 @@ class FleetScreen(Screen[None]):
             self._flush_timer = None
         dirty, self._dirty = self._dirty, set()
         for url in dirty:
-            if url in self.servers:
-                self._put_row(self.servers[url])
+            self._put_row(self.servers[url])
         if dirty:
             self._sort(force=False)
 

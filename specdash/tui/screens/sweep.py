@@ -18,8 +18,8 @@ from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
 
 from specdash.sweep import Sweep
-from specdash.tui.widgets.plots import Plot, Series, nice_ceiling
 from specdash.tui.widgets.footer import KeyFooter
+from specdash.tui.widgets.plots import Plot, Series, nice_ceiling
 
 
 class SweepScreen(Screen[None]):
