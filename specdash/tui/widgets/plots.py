@@ -193,7 +193,8 @@ def layout_labels(lines: Sequence[tuple[int, str]], columns: range, rows: Sequen
         # (rank, the label's place, a label cut to make room for it or None)
         best: tuple[tuple[int, ...], PlacedLabel, tuple[PlacedLabel, PlacedLabel] | None] | None = None
         for index, row in enumerate(rows):
-            options = [(rank, spot, None) for rank, spot in _options(label, px, row, taken[row], columns)]
+            options: list[tuple[tuple[int, ...], PlacedLabel, tuple[PlacedLabel, PlacedLabel] | None]] = [
+                (rank, spot, None) for rank, spot in _options(label, px, row, taken[row], columns)]
             # Our line runs through the label of an earlier line: cut that one short of it.
             blocking = [other for other in taken[row] if other.col <= px <= other.end]
             if not options and len(blocking) == 1 and px - blocking[0].col >= MIN_SHORT + 1:
