@@ -161,6 +161,8 @@ class ThroughputPanel(Panel):
                                   y_ticks=_ticks(0.0, top), markers=line.markers)
         tps = st.tokens_per_s
         title = f"tok/s {tps:.1f}" if tps is not None else "tok/s –"
+        if tps is not None and st.idle:
+            title += " (last request)"  # the same number as the status line's: live_stats' rule
         if state.source == "remote":
             pass  # a server reports no plain reference
         elif plain is None:
