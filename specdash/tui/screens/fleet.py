@@ -194,12 +194,16 @@ class FleetScreen(Screen[None]):
         self._dirty: set[str] = set()  # rows changed since the last flush
         self._flush_timer: Timer | None = None
         self._columns: tuple[str, ...] = ()  # the columns shown (fit_columns)
-        self._status_width = 0  # the widest status text shown
+        self._status_width = 0  # status texts are cut to this width (a large number: not cut)
 
     def compose(self) -> ComposeResult:
         table: DataTable[Any] = DataTable(id="fleet", cursor_type="row", zebra_stripes=True)
+        # Kept, not queried: the sources' rows still arrive while the app tears the screen
+        # down, and a query then finds nothing.
+        self._table = table
         yield table
-        yield Static(self._hint(), id="fleet-hint")
+        self._hint_view = Static(self._hint(), id="fleet-hint")
+        yield self._hint_view
         yield KeyFooter()
 
     def on_mount(self) -> None:
@@ -208,8 +212,7 @@ class FleetScreen(Screen[None]):
         self.set_interval(1.0, self._refresh_ages)
 
     def on_resize(self) -> None:
-        # Not before on_mount has built the table, nor once it has gone (the app ending).
-        if self._columns and self.query("#fleet"):
+        if self._columns:  # on_mount has built the table
             self._fit()
 
     def on_screen_resume(self) -> None:
@@ -229,8 +232,11 @@ class FleetScreen(Screen[None]):
         for ev in self.servers.values():
             for c in COLUMNS:
                 widths[c.key] = max(widths[c.key], cell_len(c.render(ev)))
-        # The screen, less a vertical scrollbar's width when the rows need one.
+        # The screen, less room for a vertical scrollbar (when the rows need one).
         columns, status = fit_columns(widths, self.size.width - 2)
+        # A status that fits whole is not cut, whatever its width: "last seen 9s" becoming
+        # "10s" must not rebuild the table.
+        status = status if status < widths["status"] else 10**6
         if not force and (columns, status) == (self._columns, self._status_width):
             return False
         table = self.table
@@ -250,7 +256,7 @@ class FleetScreen(Screen[None]):
 
     @property
     def table(self) -> DataTable[Any]:
-        return self.query_one("#fleet", DataTable)
+        return self._table
 
     def _hint(self) -> str:
         label = _BY_KEY[self.sort_key].label
@@ -316,6 +322,8 @@ class FleetScreen(Screen[None]):
         self._shown[ev.url] = cells
 
     def _refresh_ages(self) -> None:
+        if self._fit():  # a longer "last seen" may no longer fit whole
+            return
         table = self.table
         at = self._columns.index("status")
         for url, ev in self.servers.items():
@@ -344,7 +352,7 @@ class FleetScreen(Screen[None]):
         self._order = order
         rank = {url: i for i, url in enumerate(order)}
         self.table.sort("server", key=lambda cell: rank.get(getattr(cell, "url", str(cell)), len(rank)))
-        self.query_one("#fleet-hint", Static).update(self._hint())
+        self._hint_view.update(self._hint())
 
     def sort_by(self, key: str, reverse: bool | None = None) -> None:
         if key not in _BY_KEY:
