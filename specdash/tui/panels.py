@@ -24,20 +24,23 @@ def _k_axis_top(shown: list[float]) -> float:
 SECONDS = "{:g}s"  # the time charts' x axis: seconds of decode time
 
 # Why a source's CPU and memory panels stay empty, by the kind of source (the source
-# says what it is: its settings events, and Source.kind from the start). The embedded
-# engine runs here: this machine is sampled, and "sampling…" shows until the first sample.
+# says what it is: its settings events, and Source.kind from the start), and whether the
+# CPU panel says it for both (taking the memory panel's place). The embedded engine runs
+# here: this machine is sampled, and "sampling…" shows until the first sample.
 NO_TELEMETRY = {
-    # A server sends counters, never its machine's load: said once, in one panel (the
-    # CPU panel takes the memory panel's place), with what the operator can do instead.
-    "remote": "No CPU or memory telemetry: a remote server does not send it. For per-core "
-              "load and NUMA memory, run specdash on the server's host.",
-    "replay": "no telemetry in this recording",
+    # A server sends counters, never its machine's load: said once, with what the
+    # operator can do instead.
+    "remote": ("No CPU or memory telemetry: a remote server does not send it. For per-core "
+               "load and NUMA memory, run specdash on the server's host.", True),
+    # A recording may hold the machine's telemetry further on: each panel waits.
+    "replay": ("no telemetry in this recording", False),
 }
 
 
-def no_telemetry(state: DashState) -> str:
-    """Why the CPU and memory panels have nothing to show and never will, or ""."""
-    return NO_TELEMETRY.get(state.source, "") if state.telemetry is None else ""
+def no_telemetry(state: DashState) -> tuple[str, bool]:
+    """Why the CPU and memory panels have nothing to show (or ""), and whether the CPU
+    panel says it alone."""
+    return NO_TELEMETRY.get(state.source, ("", False)) if state.telemetry is None else ("", False)
 
 
 class Panel(Container):
@@ -206,9 +209,8 @@ class CpuPanel(Panel):
 
     def show(self, state: DashState) -> None:
         tel = state.telemetry
-        why = no_telemetry(state)
-        # A remote source: one panel says it for both (NumaPanel hides; app.tcss widens this).
-        self.set_class(state.source == "remote" and bool(why), "-alone")
+        why, alone = no_telemetry(state)
+        self.set_class(alone, "-alone")  # NumaPanel hides; app.tcss widens this one
         if tel is None:
             self.titles("CPU · memory" if self.has_class("-alone") else "CPU", "")
             if why:
@@ -232,8 +234,8 @@ class NumaPanel(Panel):
 
     def show(self, state: DashState) -> None:
         tel = state.telemetry
-        why = no_telemetry(state)
-        self.display = not (state.source == "remote" and why)  # the CPU panel says it for both
+        why, alone = no_telemetry(state)
+        self.display = not alone  # the CPU panel says it for both
         if tel is None:
             self.titles("Memory", "")
             if why:
