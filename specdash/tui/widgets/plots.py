@@ -196,6 +196,8 @@ def layout_labels(lines: Sequence[tuple[int, str]], columns: range, rows: Sequen
             options: list[tuple[tuple[int, ...], PlacedLabel, tuple[PlacedLabel, PlacedLabel] | None]] = [
                 (rank, spot, None) for rank, spot in _options(label, px, row, taken[row], columns)]
             # Our line runs through the label of an earlier line: cut that one short of it.
+            # (Lines come left to right, so that label sits right of its own line: it
+            # stays next to it.)
             blocking = [other for other in taken[row] if other.col <= px <= other.end]
             if not options and len(blocking) == 1 and px - blocking[0].col >= MIN_SHORT + 1:
                 other = blocking[0]
