@@ -219,11 +219,6 @@ class FleetScreen(Screen[None]):
         # Back from a server's panels: the terminal may have been resized meanwhile.
         self.on_resize()
 
-    @property
-    def columns(self) -> tuple[str, ...]:
-        """The keys of the columns shown now, left to right."""
-        return self._columns
-
     def _fit(self, force: bool = False) -> bool:
         """Choose the columns for the screen's width (fit_columns); when the choice
         changed, build the table again with them (the rows, the order and the cursor
