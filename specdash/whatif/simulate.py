@@ -26,7 +26,7 @@ import numpy as np
 from specdash.engine.adaptive_draft import propose_adaptive
 from specdash.engine.controller import KController
 from specdash.engine.detector import ContentDetector
-from specdash.engine.drafters.base import Draft, Drafter, NoDrafter
+from specdash.engine.drafters.base import Borrowed, Draft, Drafter, NoDrafter
 from specdash.engine.drafters.chain import ChainDrafter
 from specdash.engine.drafters.lookup import PromptLookupDrafter
 from specdash.engine.drafters.suffix import SuffixDrafter
@@ -234,17 +234,20 @@ def make_drafter(kind: str, tr: Transcript, profile: Profile, settings: EngineSe
     """The drafter a session would build for `kind`, its model part simulated."""
     fixed = profile.free_ms
 
-    def model() -> SimDraftModel:
+    # Wrapped as Session.make_drafter wraps them (Borrowed: the session lends its draft
+    # model and suffix memory), so what the engine sees through the loan, this sees too.
+    def model() -> Drafter:
         assert tr.draft is not None and tr.draft_name is not None
-        return SimDraftModel(tr, tr.draft, profile, tr.draft_name, settings.draft_p_min, replay)
+        return Borrowed(SimDraftModel(tr, tr.draft, profile, tr.draft_name, settings.draft_p_min, replay))
 
     lookup = lambda: TimedFree(PromptLookupDrafter(settings.lookup_min_ngram, settings.lookup_max_ngram), fixed)  # noqa: E731
+    suffix = lambda: Borrowed(TimedFree(SuffixDrafter(), fixed))  # noqa: E731
     if kind == "lookup":
         return lookup()
     if kind == "suffix":
-        return TimedFree(SuffixDrafter(), fixed)
+        return suffix()
     if kind == "chain":
-        sources: list[Drafter] = [lookup(), TimedFree(SuffixDrafter(), fixed)]
+        sources: list[Drafter] = [lookup(), suffix()]
         if tr.draft is not None:
             sources.append(model())
         return ChainDrafter(sources)
@@ -275,7 +278,8 @@ def simulate(tr: Transcript, drafter: Drafter, profile: Profile, settings: Engin
     drafter.reset()
     drafter.prefill(tokens)
     # The parts that count their own simulated cost (TimedFree, SimDraftModel).
-    parts: list[Any] = [p for p in drafter.parts() if hasattr(p, "spent")]
+    parts: list[Any] = [p if hasattr(p, "spent") else getattr(p, "inner", p) for p in drafter.parts()]
+    parts = [p for p in parts if hasattr(p, "spent")]
     if controller is not None:
         controller.new_prompt()
         controller.price_draft(replay.price if replay is not None else _price(drafter))
