@@ -70,11 +70,11 @@ def main(argv: list[str] | None = None) -> int:
                                            lambda: CostModelController(k_min=base.k_min, k_max=base.k_max, k_init=base.k))
             for ad in adaptive:
                 mine = [r for r in fixed if r.drafter == ad.drafter]
-                best = max(mine, key=lambda r: r.tokens_per_s)
+                best = max([*mine, plain], key=lambda r: r.tokens_per_s)  # K=0 is a fixed K too
                 ratio = ad.tokens_per_s / best.tokens_per_s
                 ratios.append(ratio)
                 label = "draft" if ad.drafter == args.draft else ad.drafter
-                say(f"| {name} | {profile.name} | {label} | {best.k} | {best.tokens_per_s / plain.tokens_per_s:.2f} "
+                say(f"| {name} | {profile.name} | {label} | {best.k}{' (plain)' if best is plain else ''} | {best.tokens_per_s / plain.tokens_per_s:.2f} "
                     f"| {ad.tokens_per_s / plain.tokens_per_s:.2f} | {ratio:.3f} |")
             per = {label: (r.per_class[label][0], r.k) for r in fixed for label in r.per_class}
             if len({label for r in fixed for label in r.per_class}) > 1:

@@ -22,8 +22,9 @@ class Report:
 
     @property
     def best(self) -> SimResult:
-        """The oracle: the fastest fixed (drafter, K) on this text."""
-        return max(self.fixed, key=lambda r: r.tokens_per_s)
+        """The oracle: the fastest fixed (drafter, K) on this text, plain decoding (K=0)
+        included: where no draft pays, the oracle does not draft."""
+        return max([*self.fixed, self.plain], key=lambda r: r.tokens_per_s)
 
     def drafters(self) -> list[str]:
         return list(dict.fromkeys(r.drafter for r in self.fixed))
@@ -69,7 +70,8 @@ class Report:
         out = [f"what-if on {tr.n_generated} greedy tokens of {tr.target}; profile {prof.name}"
                + (f" ({prof.note})" if prof.note else ""),
                f"plain decoding: {plain.tokens_per_s:.2f} tok/s predicted"
-               + (f", {tr.plain['tokens_per_s']:.2f} measured here" if tr.plain.get("tokens_per_s") else "")]
+               + (f", {tr.plain['tokens_per_s']:.2f} measured here" if tr.plain.get("tokens_per_s") else "")
+               + ("  <- oracle best: no drafter and K beats it" if best is plain else "")]
         ties = tr.near_ties()
         if any(ties.values()):
             out.append("near-ties (top-two gap < 0.5 logits; a real run may differ there): "
@@ -87,12 +89,16 @@ class Report:
                 out.append(f"  {k:>8} {r.tokens_per_s:8.2f} {r.tokens_per_s / plain.tokens_per_s:7.2f}x "
                            f"{acc:>7} {r.mean_accepted_length:8.2f} {r.steps:6d}{mark}")
             ad = next((r for r in self.adaptive if r.drafter == name), None)
-            top = max(rows[:-1] if ad else rows, key=lambda r: r.tokens_per_s)
+            top = max([*(rows[:-1] if ad else rows), plain], key=lambda r: r.tokens_per_s)
             if ad is not None:
-                out.append(f"  adaptive / best fixed (K={top.k}): {ad.tokens_per_s / top.tokens_per_s:.2f}")
+                out.append(f"  adaptive / best fixed (K={top.k}{', plain' if top is plain else ''}): "
+                           f"{ad.tokens_per_s / top.tokens_per_s:.2f}")
         out.append("")
-        out.append(f"oracle best: {best.drafter} at K={best.k}: {best.tokens_per_s:.2f} tok/s, "
-                   f"{best.tokens_per_s / plain.tokens_per_s:.2f}x plain")
+        if best is plain:
+            out.append(f"oracle best: plain decoding (K=0), {plain.tokens_per_s:.2f} tok/s: no drafter and K pays here")
+        else:
+            out.append(f"oracle best: {best.drafter} at K={best.k}: {best.tokens_per_s:.2f} tok/s, "
+                       f"{best.tokens_per_s / plain.tokens_per_s:.2f}x plain")
         per = self.best_per_class()
         if per:
             out.append("best K per content class (over that class's steps):")
