@@ -319,3 +319,57 @@ def test_save_profile_writes_what_profile_reads(smol_path, tmp_path):
     again = specdash(*base, "--profile", str(saved))
     assert again.returncode == 0, again.stderr
     assert "profile here (measured by specdash whatif" in again.stdout
+
+
+# --- the sweep, with predicted points beside the measured ones ------------------------------
+def test_headless_sweep_with_whatif_predictions(smol_path, tmp_path):
+    out = tmp_path / "sweep.json"
+    proc = specdash("sweep", "--headless", "--target", str(smol_path), "--draft", "lookup", "--threads", "1",
+                    "--ks", "0,4", "--rounds", "1", "--sweep-tokens", "16", "--json", str(out),
+                    "--whatif", "epyc-32b", "--prompt", "Write the numbers from 1 to 60, separated by commas.")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    pred = {p["k"]: p for p in data["predicted"]["points"]}
+    assert data["predicted"]["from"] == "whatif on profile epyc-32b" and set(pred) == {0, 4}
+    assert pred[0]["tokens_per_s"] == pytest.approx(1000 / 346.0, rel=0.01)  # the profile's plain speed
+    # acceptance is the simulation's, which is exact: the measured run at K=4 drafted the same
+    k4 = next(p for p in data["points"] if p["k"] == 4)
+    assert pred[4]["acceptance_rate"] == pytest.approx(k4["acceptance_rate"])
+    assert "predicted" in proc.stdout.splitlines()[0] and "whatif on profile epyc-32b" in proc.stdout
+
+
+def test_sweep_view_draws_predicted_points_before_any_run():
+    from textual.app import App
+
+    from specdash.sweep import Sweep
+    from specdash.tui.screens.sweep import SweepScreen
+
+    before = E.SettingsEvent(source="engine", target="t", drafter="lookup", draft="lookup", k=3)
+    sweep = Sweep("p", before, ks=[0, 2, 4], rounds=1)
+    sweep.predicted, sweep.predicted_from = {0: (10.0, None), 2: (14.0, 0.8), 4: (17.0, 0.7)}, "whatif on profile x"
+
+    from specdash.tui.themes import load_themes
+
+    class Host(App[None]):
+        def on_mount(self) -> None:
+            for theme in load_themes().values():
+                self.register_theme(theme)
+            self.theme = "specdash-dark"  # the charts' colour variables
+            self.push_screen(SweepScreen(sweep))
+
+    async def go() -> None:
+        app = Host()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, SweepScreen)
+            head = str(screen.query_one("#sweep-head").render())
+            assert "predicted (whatif on profile x)" in head
+            from specdash.tui.widgets.plots import Plot
+            key = screen.query_one("#sweep-tps", Plot)._key
+            series = key[0]
+            pts = [s for s in series if s.label == "predicted"]
+            assert pts and pts[0].kind == "points" and pts[0].ys == (10.0, 14.0, 17.0)
+
+    import asyncio
+    asyncio.run(go())
