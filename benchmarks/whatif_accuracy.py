@@ -79,14 +79,14 @@ def predict(base: EngineSettings, prompt: str, model: str, ks: list[int]) -> tup
             r = simulate(tr, make_drafter(kind, tr, profile, base), profile, base, name=kind, k=k)
             out[(kind, k)] = (r.tokens_per_s, r.acceptance)
     ctx = {"plain_measured": tr.plain["tokens_per_s"], "near_ties": {k: len(v) for k, v in tr.near_ties().items()},
-           "n_generated": tr.n_generated}
+           "n_generated": tr.n_generated, "text": b"".join(tr.pieces[: tr.n_generated]).decode("utf-8", "replace")}
     return out, ctx
 
 
 def measure(base: EngineSettings, prompt: str, drafter: str, ks: list[int], rounds: int) -> dict:
-    """{k: [(tok/s, acceptance, tok/s of the round's plain run)]} from real runs."""
+    """{k: [(tok/s, acceptance, tok/s of the round's plain run, the text)]} from real runs."""
     session = Session(base.replace(draft=drafter, k=0))
-    out: dict[int, list[tuple[float, float | None, float]]] = {k: [] for k in ks}
+    out: dict[int, list[tuple[float, float | None, float, str]]] = {k: [] for k in ks}
     try:
         for r in range(rounds):
             order = [0, *ks]
@@ -96,7 +96,7 @@ def measure(base: EngineSettings, prompt: str, drafter: str, ks: list[int], roun
                 session.send(E.SetK(k))
                 got[k] = next(ev for ev in session.run(prompt) if isinstance(ev, E.Summary))
             for k in ks:
-                out[k].append((got[k].tokens_per_s, got[k].acceptance_rate, got[0].tokens_per_s))
+                out[k].append((got[k].tokens_per_s, got[k].acceptance_rate, got[0].tokens_per_s, got[k].text))
     finally:
         session.close()
     return out
@@ -126,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.rounds} paired rounds, {args.threads} threads, {time.strftime('%Y-%m-%d %H:%M')}")
     say(f"# python {' '.join(sys.argv)}")
     say("| prompt | drafter | K | predicted tok/s | measured tok/s (min-max) | error | predicted x plain "
-        "| measured x plain | error (x plain) | acceptance pred / meas |")
-    say("|---|---|---|---|---|---|---|---|---|---|")
+        "| measured x plain | error (x plain) | acceptance pred / meas | runs with the plain text |")
+    say("|---|---|---|---|---|---|---|---|---|---|---|")
     errors: list[float] = []
     ratio_errors: list[float] = []
     for name in args.prompts.split(","):
@@ -137,9 +137,12 @@ def main(argv: list[str] | None = None) -> int:
         for drafter in ("lookup", args.draft):
             real = measure(base, prompt, drafter, ks, args.rounds)
             for k in ks:
-                tps = [t for t, _, _ in real[k]]
+                tps = [t for t, _, _, _ in real[k]]
                 med = statistics.median(tps)
-                ratio = statistics.median(t / p for t, _, p in real[k])
+                ratio = statistics.median(t / p for t, _, p, _ in real[k])
+                # A run whose text left the plain one (a near-tie rounded the other way in a
+                # verify batch) is not the text the prediction simulated.
+                same = sum(text == ctx["text"] for _, _, _, text in real[k])
                 acc_meas = real[k][0][1]
                 p_tps, p_acc = pred[(drafter, k)]
                 err = p_tps / med - 1
@@ -149,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                 fmt = lambda a: "-" if a is None else f"{a:.1%}"  # noqa: E731
                 label = "lookup" if drafter == "lookup" else "draft"
                 say(f"| {name} | {label} | {k} | {p_tps:.2f} | {med:.2f} ({min(tps):.2f}-{max(tps):.2f}) | {err:+.1%} "
-                    f"| {p_tps / plain_pred:.2f} | {ratio:.2f} | {r_err:+.1%} | {fmt(p_acc)} / {fmt(acc_meas)} |")
+                    f"| {p_tps / plain_pred:.2f} | {ratio:.2f} | {r_err:+.1%} | {fmt(p_acc)} / {fmt(acc_meas)} "
+                    f"| {same}/{len(real[k])} |")
         say(f"<!-- {name}: {ctx['n_generated']} tokens; plain measured {ctx['plain_measured']:.2f} tok/s, "
             f"predicted {plain_pred:.2f}; near-ties {ctx['near_ties']} -->")
     if errors:
