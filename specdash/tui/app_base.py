@@ -88,6 +88,8 @@ class DashboardOptions:
     sweep_rounds: int = 2
     sweep_tokens: int = 96
     sweep_at_start: bool = False  # `specdash sweep`: open the sweep view on the first prompt
+    # `specdash sweep --whatif`: ({K: (tok/s, acceptance)}, source) simulated for `prompt`
+    sweep_predicted: tuple[dict[int, tuple[float, float | None]], str] | None = None
 
 
 class DashboardBase(App[int]):
