@@ -70,6 +70,14 @@ def simulate_lookup(context: list[int], out: list[int], k: int = 4) -> dict[str,
     return {"drafted": drafted, "accepted": accepted, "full": full, "partial": partial}
 
 
+def llm_text(tokens: list[int], path) -> str:
+    vocab = LLM(path, vocab_only=True)
+    try:
+        return vocab.detokenize(tokens)
+    finally:
+        vocab.close()
+
+
 @pytest.fixture(params=list(ARCH_FIXTURES))
 def arch_and_path(request):
     return request.param, request.getfixturevalue(ARCH_FIXTURES[request.param])
@@ -86,7 +94,8 @@ def test_fixture_loads_and_decodes_varied_readable_text(arch_and_path):
     finally:
         llm.close()
     assert len(set(out)) >= 12, f"{arch}: greedy output collapsed: {text!r}"
-    # SmolLM2's BPE round-trips the prompt: the tokenizer really is a text one.
+    # SmolLM2's real BPE tokenizer: the prompt round-trips, the output reads as words.
+    assert llm_text(ctx, path) == PROMPT
     assert text.strip() and "\ufffd" not in text[:40]
     stats = simulate_lookup(ctx, out)
     # Lookup must draft, see some drafts through and reject others part-way: otherwise
