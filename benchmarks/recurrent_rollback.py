@@ -120,7 +120,12 @@ def specdash_run(model: Model, drafter: str, args: argparse.Namespace, prompt_fi
     if proc.returncode != 0:
         last = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-1:] or ["(no output)"]
         raise BenchError(f"specdash run failed (exit {proc.returncode}): {last[0]}")
-    events = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    return parse_specdash_run(proc.stdout)
+
+
+def parse_specdash_run(stdout: str) -> Side:
+    """The step, settings and summary events of `specdash run --json`."""
+    events = [json.loads(ln) for ln in stdout.splitlines() if ln.startswith("{")]
     steps = [e for e in events if e.get("event") == "step"]
     summary = next((e for e in reversed(events) if e.get("event") == "summary"), None)
     settings = next((e for e in events if e.get("event") == "settings"), {})
