@@ -66,6 +66,8 @@ class CommandSpec:
     syntax: str = ""  # the schedule help's part for it; "" = parsed but not advertised
     parse: Parser | None = None
     keys: tuple[Key, ...] = ()
+    # Why a source that does not list it cannot take it, when the source gives no reason.
+    unsupported: str = ""
 
 
 COMMANDS: dict[str, CommandSpec] = {}  # by name, in registration order (= the footer's order)
@@ -215,16 +217,19 @@ register(CommandSpec(
 register(CommandSpec(
     "speed", "a replay's playback speed", (SetSpeed,),
     keys=(Key("left_square_bracket", "[", "slower", "slower", "replay: slower (down to 0.5x)"),
-          Key("right_square_bracket", "]", "faster", "faster", "replay: faster (up to 16x)"))))
+          Key("right_square_bracket", "]", "faster", "faster", "replay: faster (up to 16x)")),
+    unsupported="only a replay has a speed"))
 register(CommandSpec(
     "seek", "a replay's position", (Seek,),
     keys=(Key("left", "←", "seek_back", "-10s", "replay: back 10 s", send=lambda: Seek(by=-10.0)),
           Key("right", "→", "seek_forward", "+10s", "replay: forward 10 s", send=lambda: Seek(by=10.0)),
           Key("home", "home", "seek_start", "start", "replay: to the start", footer=False, send=lambda: Seek(to=0.0)),
-          Key("end", "end", "seek_end", "end", "replay: to the end", footer=False, send=lambda: Seek()))))
+          Key("end", "end", "seek_end", "end", "replay: to the end", footer=False, send=lambda: Seek())),
+    unsupported="only a replay can seek"))
 register(CommandSpec(
     "sweep", "rerun the prompt at each K and compare (a capability: NewPrompt and SetK, driven by the UI)",
-    keys=(Key("k", "k", "sweep", "sweep", "K sweep: plain and each K on this prompt, plotted; apply or save the best"),)))
+    keys=(Key("k", "k", "sweep", "sweep", "K sweep: plain and each K on this prompt, plotted; apply or save the best"),),
+    unsupported="a sweep reruns the prompt at each K: it needs the embedded engine (specdash sweep)"))
 register(CommandSpec("stop", "stop the source", (Stop,), ("stop",), "stop", _plain(Stop())))
 register(CommandSpec("forget", "start cold: forget adaptive K's and the suffix drafter's memory", (Forget,),
                      ("forget",), "", _plain(Forget())))

@@ -310,7 +310,9 @@ class DashboardBase(App[int]):
         self._drain()
 
     def _drain(self) -> None:
-        if self._outbox is None or self._quitting:
+        # Not while Textual shuts down (is_running turns False before the screens close):
+        # a panel whose widgets are already gone would raise NoMatches.
+        if self._outbox is None or self._quitting or not self.is_running:
             return
         self._ingest(self._outbox.drain())
 
@@ -373,7 +375,7 @@ class DashboardBase(App[int]):
 
     # --- telemetry ----------------------------------------------------------------------
     def _poll_telemetry(self) -> None:
-        if self._quitting:
+        if self._quitting or not self.is_running:  # (see _drain)
             return
         try:
             if self._local_telemetry and self._sampler is not None:

@@ -83,7 +83,7 @@ def why_unavailable(action: str, state: DashState, declared: Collection[str] = (
         return "this source does not report its model files"
     if c.command is not None and c.command not in supported(state, declared):
         why = st.unavailable.get(c.command, "") if st is not None else ""
-        return why or f"this source does not take {c.command!r} commands"
+        return why or COMMANDS[c.command].unsupported or f"this source does not take {c.command!r} commands"
     if c.needs_source and not state.alive:
         return {"loading": "the engine is loading", "down": "the server is down"}.get(
             state.state, "the engine is not running")
