@@ -117,6 +117,8 @@ async def test_keys_between_prompts_change_the_settings_at_once(tmp_path, smol_p
         await until(pilot, lambda: app.engine_state == "idle", "the short prompt done")
         await pilot.press("plus")
         await until(pilot, lambda: app.stats.settings.k == 3, "K=3 between prompts")
+        # It applied at once, so nothing may say it waits for the next prompt.
+        assert not any("next prompt" in message for _, message in notes), notes
         await pilot.press("d")
         await until(pilot, lambda: isinstance(app.screen, DraftPicker), "the picker")
         option_list = app.screen.query_one("OptionList")
@@ -132,6 +134,7 @@ async def test_keys_between_prompts_change_the_settings_at_once(tmp_path, smol_p
                                                                for e in recs[0].events), "a step by suffix")
         assert {e.k for e in steps(recs[0]) if e.drafter == "suffix"} <= {3}
         assert not any(sev == "error" for sev, _ in notes)
+        assert not any("next prompt" in message for _, message in notes), notes
 
 
 @sync

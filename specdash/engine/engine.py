@@ -102,12 +102,22 @@ class Engine:
         s = self.settings
         experts = expert_info(self.target, s.experts)  # active count, the file's own when not overridden
         flat = s.flat()
+        # What `_apply` takes now, by command name (commands_registry); the rest is refused.
+        supports = ["k", "temp", "pause", "stop", "forget"]
         unavailable = {"seek": "only a replay can seek", "speed": "only a replay has a speed"}
         if not experts:
             unavailable["experts"] = "the target is a dense model (no experts)"
-        if self._make_drafter is None:
+        elif self._reload_target is None:
+            unavailable["experts"] = "this engine cannot reload the target"
+        else:
+            supports.append("experts")
+        if self._make_drafter is not None:
+            supports.append("draft")
+        else:
             unavailable["draft"] = "this engine cannot swap drafters"
-        if self.controller is None:
+        if self.controller is not None:
+            supports.append("adaptive")
+        else:
             unavailable["adaptive"] = "adaptive K is not available in this engine"
         return SettingsEvent(
             source="engine",
@@ -116,6 +126,7 @@ class Engine:
             expert_count=experts[1] if experts else None,
             paused=self.paused,
             command=command,
+            supports=sorted(supports),
             unavailable=unavailable,
             target_path=self._target_path,
             draft_path=self._draft_path(),

@@ -66,6 +66,12 @@ class DashState:
         """The source takes commands now (a replay that reached its end still seeks)."""
         return self.state in ("running", "paused", "idle") or (self.source == "replay" and self.state == "ended")
 
+    @property
+    def polled(self) -> bool:
+        """The numbers come from a server's polls (its ServerEvent rows and counter deltas),
+        not from steps: no per-step detail and no K=0 steps to measure plain decoding by."""
+        return self.server is not None
+
     def feed(self, ev: Event) -> None:
         self.events += 1
         self.t = ev.t if ev.t else self.t

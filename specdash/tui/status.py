@@ -89,7 +89,9 @@ def status_parts(state: DashState, fallback: tuple[str, str], width: int) -> tup
     def full(names: tuple[int, int], n_dropped: int) -> list[str]:
         shown = {k: optional[k] for k in give_way[n_dropped:]}
         k_part, *rest = numbers(False) if st is not None else ["", *numbers(False)]
-        parts = [label, f"{short(target, names[0])} ← {short(draft, names[1])}"]
+        parts = [label]
+        if target or draft:  # none before a source that brings its own settings reports them
+            parts.append(f"{short(target, names[0])} ← {short(draft, names[1])}")
         if st is not None:
             parts.append(k_part)
         parts += [v for k in ("temp", "experts") if (v := shown.get(k))]

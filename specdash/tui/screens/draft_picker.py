@@ -25,7 +25,7 @@ from textual.widgets.option_list import Option
 from textual.worker import get_current_worker
 
 from specdash.engine.drafters import KINDS
-from specdash.sources.remote import Preset
+from specdash.sources.base import Preset
 from specdash.errors import SpecdashError
 
 
