@@ -92,6 +92,9 @@ class SettingsEvent:
     command: str = ""  # the command that caused this snapshot, in command syntax; "" at start
     # Controls this source cannot honour now, by command name ("k", "draft", ...), with why.
     unavailable: dict[str, str] = field(default_factory=dict)
+    # How the target takes back rejected drafts, e.g. "snapshots (n_rs_seq 16)" or
+    # "checkpoint 1.6 KB + replay"; "" for a KV cache (or unknown).
+    rollback: str = ""
     t: float = 0.0
     event: str = "settings"
 
@@ -140,6 +143,12 @@ class StepEvent:
     content: str = ""  # content detector label (code / json / prose ...), "" when unknown
     adaptive: bool = False
     decision: str = ""  # adaptive controller's reason for this K, "" when fixed
+    # How this step took back rejected drafts on a recurrent/hybrid target: "" (a KV cache,
+    # or nothing to take back), "snapshots" or "checkpoint"; the ms its save, restore and
+    # replay took (target and draft model, part of the times above) and the bytes saved.
+    rollback: str = ""
+    rollback_ms: float = 0.0
+    checkpoint_bytes: int = 0
     event: str = "step"
 
     @property

@@ -25,6 +25,7 @@ from specdash.engine.detector import Detector
 from specdash.engine.drafters.base import Drafter
 from specdash.engine.experts import expert_info, expert_key
 from specdash.engine.llm import LLM
+from specdash.engine.rollback import Checkpoint, Rollback
 from specdash.engine.settings import EngineSettings, SettingError
 from specdash.engine.stats import SpecCounters
 from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
@@ -91,6 +92,8 @@ class Engine:
         self.calibrate_steps = 0  # leading steps of the next generate() run at K=0 (plain reference)
         self._stop = False
         self._needs_refeed = False  # the target was reloaded: rebuild its KV before the next step
+        self._rb = Rollback(target)  # how the target takes back rejected drafts
+        self._told_rollback: object = None  # the target whose rollback strategy was announced
 
     # --- commands -------------------------------------------------------------------
     def send(self, cmd: E.Command) -> None:
@@ -118,6 +121,7 @@ class Engine:
             unavailable=unavailable,
             target_path=self._target_path,
             draft_path=self._draft_path(),
+            rollback=self._rollback().strategy.describe(),
             t=E.now(),
             **flat,
         )
@@ -245,14 +249,39 @@ class Engine:
         ctl, target = self.controller, self.target
         if not (self.settings.adaptive and ctl is not None and ctl.needs_costs()):
             return
+        strategy = self._rollback().strategy
+        if strategy.kind == "none" or (strategy.kind != "kv" and not strategy.checkpoint_bytes):
+            return  # nothing to draft (K=0), or no way back from a junk batch
         sizes = [n for n in self.COST_SIZES if n <= target.n_batch and run.n_past + n < target.n_ctx]
         ms: dict[int, float] = {}
+        # A recurrent target cannot drop the junk: it is checkpointed before and restored
+        # after, and that checkpoint's save, restore and replay are what a rejection on a
+        # checkpoint target costs, so they are measured on the way.
+        ckpt = Checkpoint() if strategy.kind != "kv" else None
+        save: list[float] = []
+        restore: list[float] = []
+        replay: dict[int, float] = {}
         t0 = time.perf_counter()
         for n in sizes:
             junk = (run.tokens * n)[-n:]  # any valid tokens: only the time is kept
+            if ckpt is not None:
+                t = time.perf_counter()
+                ckpt.save(target)
+                save.append((time.perf_counter() - t) * 1e3)
             t = time.perf_counter()
             target.decode(junk, run.n_past, logits="all")
             ms[n] = (time.perf_counter() - t) * 1e3
+            if ckpt is None:
+                target.kv_truncate(run.n_past)
+                continue
+            t = time.perf_counter()
+            ckpt.restore(target)
+            restore.append((time.perf_counter() - t) * 1e3)
+            target.kv_truncate(run.n_past)
+            t = time.perf_counter()
+            target.decode(junk, run.n_past, logits=None)  # a replay: the same batch, no logits
+            replay[n] = (time.perf_counter() - t) * 1e3
+            ckpt.restore(target)
             target.kv_truncate(run.n_past)
         if not ms:
             return
@@ -261,6 +290,41 @@ class Engine:
         curve = ", ".join(f"{n}: {v / unit:.1f}x" for n, v in ms.items() if n > 1)
         yield NoticeEvent("info", f"adaptive K: measured target batch costs in "
                           f"{time.perf_counter() - t0:.1f}s (tokens: cost vs one token) {curve}", t=E.now())
+        if ckpt is not None and strategy.kind == "checkpoint":
+            save_ms, restore_ms = float(np.median(save)), float(np.median(restore))
+            ctl.price_rollback(save_ms, restore_ms, replay)
+            yield NoticeEvent("info", f"adaptive K: a rejection here costs a restore ({restore_ms:.2f} ms) and a "
+                              f"replay ({', '.join(f'{n}: {v:.1f}' for n, v in replay.items())} ms); "
+                              f"checkpoint {save_ms:.2f} ms per drafting step", t=E.now())
+
+    def _rollback(self) -> Rollback:
+        """The target's rollback (a reload replaces the target, and with it the context)."""
+        if self._rb.llm is not self.target:
+            self._rb = Rollback(self.target)
+        return self._rb
+
+    def _rollback_notice(self) -> Iterator[Event]:
+        """Once per loaded target: how it takes back rejected drafts, when not a KV cache."""
+        if self._told_rollback is self.target:
+            return
+        self._told_rollback = self.target
+        st = self._rollback().strategy
+        if st.kind == "kv":
+            return
+        arch = self.target.arch
+        if st.kind == "none":
+            yield NoticeEvent("warning", f"{arch} target: llama.cpp can take back no rejected draft here "
+                              f"({st.why}); decoding plainly (K=0)", t=E.now())
+        elif st.kind == "snapshots":
+            yield NoticeEvent("info", f"{arch} target keeps recurrent-state snapshots (n_rs_seq {st.n_rs_seq}): "
+                              f"drafts up to {st.n_rs_seq} tokens are taken back without replay"
+                              + ("; longer ones use a checkpoint" if st.checkpoint_bytes else ""), t=E.now())
+        else:
+            clamped = (f" (llama.cpp keeps no recurrent-state snapshots for {arch}: n_rs_seq "
+                       f"{st.requested} clamped to 0)" if st.requested else "")
+            yield NoticeEvent("info", f"{arch} target: its recurrent state is checkpointed "
+                              f"({st.describe()}) before each verify batch and restored after a "
+                              f"rejection, then the kept tokens are decoded again{clamped}", t=E.now())
 
     # --- one step -------------------------------------------------------------------
     def step(self, run: Run) -> StepEvent:
@@ -271,6 +335,9 @@ class Engine:
         content = self.detector.label if self.detector is not None else ""
         # Never draft past the context or the token budget: those tokens could not be kept.
         room = max(0, min(target.n_ctx - run.n_past - 2, run.max_tokens - run.generated - 1, target.n_batch - 1))
+        rb = self._rollback()
+        if rb.max_draft is not None:  # a target that cannot take back longer drafts
+            room = min(room, rb.max_draft)
 
         # 1. Draft.
         decision = ""
@@ -287,10 +354,14 @@ class Engine:
             # Called even at K=0: history-keeping drafters (suffix) must see every step.
             draft = self.drafter.propose(run.tokens, k, s.sampling, self.rng)
         draft = draft.cut(k)  # a drafter may not overrun K
+        draft_rb_ms, draft_rb_bytes = _take_draft_rollback(self.drafter)
         t_draft = time.perf_counter()
 
         # 2. Verify: the last committed token and the draft in ONE batch, logits for all.
-        logits = target.decode([run.tokens[-1], *draft.tokens], run.n_past, logits="all")
+        batch = [run.tokens[-1], *draft.tokens]
+        rb.before(run.n_past, len(draft.tokens))  # a recurrent target: checkpoint first
+        save_ms = rb.take_ms()
+        logits = target.decode(batch, run.n_past, logits="all")
         assert logits is not None
         if s.sampling.greedy:
             argmax = logits.argmax(axis=1)
@@ -303,7 +374,8 @@ class Engine:
 
         # 3. Commit the accepted prefix and the target's own token; roll back the rest.
         if n_acc < len(draft.tokens):
-            target.kv_truncate(run.n_past + 1 + n_acc)
+            rb.keep(run.n_past + 1 + n_acc, batch)
+        restore_ms = rb.take_ms()
         run.n_past += 1 + n_acc
         committed = [*draft.tokens[:n_acc], nxt]
         from_draft = [True] * n_acc + [False]
@@ -343,11 +415,16 @@ class Engine:
             content=content,
             adaptive=s.adaptive,
             decision=decision,
+            rollback=rb.used,
+            rollback_ms=save_ms + restore_ms + draft_rb_ms,
+            checkpoint_bytes=rb.saved_bytes + draft_rb_bytes,
         )
         run.counters.add(ev)
         if self.controller is not None:
+            # The target's step cost without its rollback: the controller prices that
+            # apart (price_rollback), as a function of acceptance.
             self.controller.observe(
-                k, ev.drafted, n_acc, ev.draft_ms - draft.prep_ms, ev.verify_ms, ev.other_ms,
+                k, ev.drafted, n_acc, ev.draft_ms - draft.prep_ms, ev.verify_ms - save_ms, ev.other_ms - restore_ms,
                 content, evidence=draft.evidence, source=draft.source,
             )
         return ev
@@ -369,6 +446,7 @@ class Engine:
         for cmd in pending:
             yield from self._apply(cmd)
         yield self.settings_event()
+        yield from self._rollback_notice()
 
         target = self.target
         target.clear()
@@ -397,8 +475,10 @@ class Engine:
                 run.stop_reason = "stopped"
                 break
             if self._needs_refeed:  # target reloaded (expert count): rebuild its KV
+                self.target.clear()
                 self.target.prefill(run.tokens[:-1])
                 self._needs_refeed = False
+                yield from self._rollback_notice()
             if run.n_past + 1 >= self.target.n_ctx:
                 run.stop_reason = "context"
                 break
@@ -431,6 +511,18 @@ class Engine:
             steps=c.steps,
             t=E.now(),
         )
+
+
+def _take_draft_rollback(drafter: Drafter) -> tuple[float, int]:
+    """(ms, bytes) a recurrent draft model spent taking back its rejected drafts since
+    asked last (its checkpoint and replay), summed over a chain's members."""
+    ms, nbytes = 0.0, 0
+    for part in drafter.parts():
+        take = getattr(getattr(part, "inner", part), "take_rollback", None)
+        if take is not None:
+            part_ms, part_bytes = take()
+            ms, nbytes = ms + part_ms, nbytes + part_bytes
+    return ms, nbytes
 
 
 def iter_queue(q: queue.Queue[E.Command]) -> list[E.Command]:
