@@ -28,8 +28,9 @@ from specdash.engine.settings import K_CAP, EngineSettings
 from specdash.session import Session
 
 TIE_GAP = 0.5  # logits; the value of tests/test_engine_exact.py and the fuzz harness
-N_TOKENS = 64
-PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick"
+N_TOKENS = 96
+# The prompt the fixtures' weight scale was tuned on (tests/fixtures/recurrent_gguf.py).
+PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
 KS = (1, 4, 16, K_CAP)
 ARCHS = ("lfm2", "mamba2", "hybrid_ckpt")
 EXPECTED = {"lfm2": "snapshots", "mamba2": "checkpoint", "hybrid_ckpt": "checkpoint"}
@@ -47,8 +48,9 @@ def _fuzz_module():
 
 
 def settings(target: Path, draft: str, k: int = 4, **kw) -> EngineSettings:
+    # Lookup from 1-token matches: more drafts, so more of them are cut short.
     return EngineSettings(target=str(target), draft=draft, k=k, threads=1, ctx=1024, max_tokens=N_TOKENS,
-                          raw=True, **kw)
+                          raw=True, lookup_min_ngram=1, lookup_max_ngram=3, **kw)
 
 
 class Fixture:
@@ -183,13 +185,14 @@ def test_greedy_speculation_is_plain_decoding(fx, near_ties, drafter):
     session = fx.session
     spec = str(fx.draft) if drafter == "draft" else "lookup"
     apply(session, E.SetAdaptive(False), E.SetDrafter(spec))
-    partials, used, ties = 0, set(), 0
+    partials, rejections, used, ties = 0, 0, set(), 0
     try:
         for k in KS:
             apply(session, E.SetK(k))
             steps, _ = run(session, fx.prompt)
             ties += check_exact(fx, tokens_of(steps), f"{drafter} K={k}", near_ties)
             partials += partial(steps)
+            rejections += sum(1 for s in steps if s.accepted < s.drafted)
             used |= {s.rollback for s in steps if s.accepted < s.drafted}
             for s in steps:
                 assert s.drafted <= k
@@ -197,41 +200,55 @@ def test_greedy_speculation_is_plain_decoding(fx, near_ties, drafter):
                     assert s.checkpoint_bytes > 0 and s.rollback_ms > 0
     finally:
         apply(session, E.SetK(4), E.SetDrafter(str(fx.draft)))
-    assert partials > 0, f"{fx.name}/{drafter}: no partial rejection at any K: the rollback never ran"
+    assert rejections > 0, f"{fx.name}/{drafter}: no draft rejected at any K: the rollback never ran"
+    # The lfm2 fixture's greedy text is so cyclic that prompt lookup's drafts are accepted
+    # or rejected whole (measured: none cut short in 96 tokens at K 4 and 16, two prompts);
+    # a whole rejection takes back every draft token too, and its draft model is cut short.
+    if not (fx.name == "lfm2" and drafter == "lookup"):
+        assert partials > 0, f"{fx.name}/{drafter}: no partial rejection at any K"
     # Snapshots take back drafts up to n_rs_seq = 16; the K = 64 drafts take a checkpoint.
     assert used >= ({"snapshots"} if fx.name == "lfm2" else {"checkpoint"}), used
     if fx.name != "lfm2":
         assert used == {"checkpoint"}
-    near_ties.append(f"recurrent {fx.name}/{drafter}: {partials} partial rejections, {ties} near-ties over K {KS}")
+    near_ties.append(f"recurrent {fx.name}/{drafter}: {rejections} rejections ({partials} partial), "
+                     f"{ties} near-ties over K {KS}")
 
 
 def test_snapshots_for_the_largest_k(lfm2_path, lfm2_draft_path, near_ties):
-    """A session created for K = 64 keeps 64 snapshots: no step needs a checkpoint."""
+    """A session created for K = 64 asks for 64 snapshots. Each one adds nodes to
+    llama.cpp's compute graph, and on this fixture 64 would abort the process at context
+    creation (measured: 48 is created, 64 aborts): the engine settles on fewer, tried in
+    a child process first, and drafts longer than those take a checkpoint."""
     fx = Fixture("lfm2", lfm2_path, lfm2_draft_path, k=K_CAP)
-    s = fx.session
     try:
-        assert s.engine.target.strategy.n_rs_seq == K_CAP
-        steps, _ = run(s, fx.prompt)
-        check_exact(fx, tokens_of(steps), f"K={K_CAP} with {K_CAP} snapshots", near_ties)
+        st = fx.session.engine.target.strategy
+        assert st.kind == "snapshots" and st.requested == K_CAP and 0 < st.n_rs_seq < K_CAP, st
+        steps, _ = run(fx.session, fx.prompt)
+        check_exact(fx, tokens_of(steps), f"K={K_CAP} with {st.n_rs_seq} snapshots", near_ties)
         assert partial(steps) > 0
-        assert {st.rollback for st in steps if st.drafted} == {"snapshots"}
+        for s in steps:
+            if s.drafted:
+                assert s.rollback == ("snapshots" if s.drafted <= st.n_rs_seq else "checkpoint"), s
     finally:
         fx.close()
 
 
-@pytest.mark.parametrize("drafter", ["draft", "lookup", "chain"])
-def test_greedy_adaptive_k_is_plain_decoding(fx, near_ties, drafter):
+def test_greedy_adaptive_k_is_plain_decoding(fx, near_ties):
+    """Adaptive K with each drafter. On a checkpoint target the controller may rightly
+    decline a source (a rejection costs a restore and a replay as dear as a verify batch
+    on these tiny models), so drafting and a rejection are required of the three together."""
     session = fx.session
-    spec = str(fx.draft) if drafter == "draft" else drafter
-    apply(session, E.SetDrafter(spec), E.SetAdaptive(True))
-    try:
-        steps, events = run(session, fx.prompt)
-    finally:
-        apply(session, E.SetAdaptive(False), E.SetDrafter(str(fx.draft)))
-    check_exact(fx, tokens_of(steps), f"adaptive {drafter}", near_ties)
-    assert any(s.drafted for s in steps), "adaptive K never drafted"
-    if drafter == "draft":
-        assert partial(steps) > 0
+    drafted = rejected = 0
+    for drafter in (str(fx.draft), "lookup", "chain"):
+        apply(session, E.SetDrafter(drafter), E.SetAdaptive(True))
+        try:
+            steps, events = run(session, fx.prompt)
+        finally:
+            apply(session, E.SetAdaptive(False), E.SetDrafter(str(fx.draft)))
+        check_exact(fx, tokens_of(steps), f"adaptive {Path(drafter).name}", near_ties)
+        drafted += sum(s.drafted for s in steps)
+        rejected += sum(1 for s in steps if s.accepted < s.drafted)
+    assert drafted and rejected, "adaptive K never drafted, or never had a draft rejected"
 
 
 def test_budget_and_end_of_generation_inside_an_accepted_run(fx, monkeypatch):
@@ -262,18 +279,68 @@ def test_budget_and_end_of_generation_inside_an_accepted_run(fx, monkeypatch):
     assert tokens_of(steps) == plain
 
 
+def test_a_recurrent_draft_model_takes_its_own_drafts_back(fx):
+    """The draft model's rollback cannot show in the target's output (the target decides
+    every token), so its proposals are checked directly: after each partly rejected draft,
+    what it proposes next must be what a fresh copy of it proposes from the committed
+    tokens alone (up to a near-tie of its own logits)."""
+    from specdash.engine.drafters.draft_model import DraftModelDrafter
+    from specdash.engine.settings import SamplingParams
+
+    greedy = SamplingParams(0.0, 0, 1.0)
+    drafter = DraftModelDrafter(LLM(fx.draft, n_ctx=1024, n_threads=1))
+    fresh = LLM(fx.draft, n_ctx=1024, n_threads=1)
+    plain = fx.plain(fx.prompt)
+    try:
+        assert drafter.llm.strategy.kind == "checkpoint"
+        tokens = list(fx.prompt)
+        drafter.reset()
+        drafter.prefill(tokens)
+        rejected = 0
+        while len(tokens) - len(fx.prompt) < len(plain) - 8:
+            draft = drafter.propose(tokens, 6, greedy, None).tokens
+            fresh.clear()
+            fresh.prefill(tokens[:-1])
+            last, pos = tokens[-1], len(tokens) - 1
+            for i, tok in enumerate(draft):
+                row = fresh.decode([last], pos, logits="last")[0]
+                top2 = np.partition(row, -2)[-2:]
+                assert tok == int(row.argmax()) or top2[1] - top2[0] < TIE_GAP, (
+                    f"{fx.name}: draft token {i} after {len(tokens)} tokens is {tok}, a fresh draft model says "
+                    f"{int(row.argmax())} (gap {top2[1] - top2[0]:.3f}): its state kept a rejected draft")
+                last, pos = tok, pos + 1
+            # Commit as the target would: the draft's prefix that plain decoding agrees with, then plain's token.
+            at = len(tokens) - len(fx.prompt)
+            n = 0
+            while n < len(draft) and draft[n] == plain[at + n]:
+                n += 1
+            rejected += 0 < n < len(draft)
+            tokens += plain[at : at + n + 1]
+        assert rejected > 0, "no partly rejected draft: the draft's rollback never ran"
+        assert drafter.take_rollback()[1] > 0
+    finally:
+        drafter.close()
+        fresh.close()
+
+
 # --- the check has teeth ------------------------------------------------------------------------
 
 
 def test_a_corrupted_rollback_fails_the_exactness_check(fx, near_ties):
-    """The rollback's test hook lets one rejected draft token into the target's state (as a
-    skipped restore would): the greedy check must catch it. Then the normal path passes."""
+    """The rollback's test hook lets the first rejected draft token into the target's state
+    at each rejection of a run (as a skipped restore would): the greedy check must catch
+    it. Then the normal path passes. (One corrupted rejection is not always enough: these
+    fixtures' residual stream is dominated by the current token, so a state that saw one
+    wrong token can still pick the same argmax.)"""
     session = fx.session
     apply(session, E.SetAdaptive(False), E.SetDrafter(str(fx.draft)), E.SetK(4))
     rb = session.engine._rollback()
-    rb.corrupt_next = True
-    steps, _ = run(session, fx.prompt)
-    assert not rb.corrupt_next, "the hook never fired: no partial rejection"
+    rb.corrupt = 1000
+    try:
+        steps, _ = run(session, fx.prompt)
+        assert rb.corrupt < 1000, "the hook never fired: no rejection"
+    finally:
+        rb.corrupt = 0
     with pytest.raises(AssertionError, match="argmax is|differs from plain"):
         check_exact(fx, tokens_of(steps), "corrupted")
     steps, _ = run(session, fx.prompt)

@@ -316,12 +316,14 @@ class Engine:
             yield NoticeEvent("warning", f"{arch} target: llama.cpp can take back no rejected draft here "
                               f"({st.why}); decoding plainly (K=0)", t=E.now())
         elif st.kind == "snapshots":
-            yield NoticeEvent("info", f"{arch} target keeps recurrent-state snapshots (n_rs_seq {st.n_rs_seq}): "
+            fewer = (f" ({st.requested} would overflow llama.cpp's compute graph)"
+                     if st.requested > st.n_rs_seq else "")
+            yield NoticeEvent("info", f"{arch} target keeps recurrent-state snapshots (n_rs_seq {st.n_rs_seq}{fewer}): "
                               f"drafts up to {st.n_rs_seq} tokens are taken back without replay"
                               + ("; longer ones use a checkpoint" if st.checkpoint_bytes else ""), t=E.now())
         else:
-            clamped = (f" (llama.cpp keeps no recurrent-state snapshots for {arch}: n_rs_seq "
-                       f"{st.requested} clamped to 0)" if st.requested else "")
+            clamped = (f" (llama.cpp kept no recurrent-state snapshots for {arch}: n_rs_seq "
+                       f"{st.requested} asked, 0 granted)" if st.requested else "")
             yield NoticeEvent("info", f"{arch} target: its recurrent state is checkpointed "
                               f"({st.describe()}) before each verify batch and restored after a "
                               f"rejection, then the kept tokens are decoded again{clamped}", t=E.now())

@@ -15,7 +15,7 @@ import numpy as np
 import llama_cpp as ll
 
 from specdash.engine.llamalog import clear_tail, last_log_error
-from specdash.engine.rollback import Strategy
+from specdash.engine.rollback import Strategy, snapshot_budget
 from specdash.engine.rollback import probe as probe_rollback
 from specdash.errors import SpecdashError
 from specdash.telemetry.cpu import physical_cores
@@ -86,7 +86,11 @@ class LLM:
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
         # llama.cpp aborts (GGML_ASSERT in llama-batch.cpp) unless n_ubatch > n_rs_seq + 1.
-        n_rs_seq = max(0, min(n_rs_seq, n_batch - 2))
+        requested = max(0, min(n_rs_seq, n_batch - 2))
+        n_rs_seq = 0
+        if requested and (ll.llama_model_is_recurrent(self.model) or ll.llama_model_is_hybrid(self.model)):
+            # Only a recurrent state keeps snapshots, and too many abort context creation.
+            n_rs_seq = snapshot_budget(str(self.path), requested, n_ctx, n_batch)
         cparams.n_rs_seq = n_rs_seq
         self.ctx = ll.llama_init_from_model(self.model, cparams)
         if not self.ctx:
@@ -98,7 +102,7 @@ class LLM:
         self.n_batch = n_batch
         self.mem = ll.llama_get_memory(self.ctx)
         self._batch = ll.llama_batch_init(n_batch, 0, 1)
-        self.strategy = probe_rollback(self, n_rs_seq)
+        self.strategy = probe_rollback(self, requested)
 
     # --- metadata -------------------------------------------------------------------
     def meta(self, key: str) -> str | None:

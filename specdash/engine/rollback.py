@@ -23,6 +23,8 @@ decodes plainly, K=0, and says why).
 from __future__ import annotations
 
 import ctypes
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -86,6 +88,41 @@ class Checkpoint:
             raise RuntimeError("llama_state_seq_set_data_ext could not restore the checkpoint")
 
 
+# Creates a context with n_rs_seq snapshots and exits 0, or dies trying (see snapshot_budget).
+_TRY_CONTEXT = """
+import sys, llama_cpp as ll
+ll.llama_backend_init()
+path, n_rs, n_ctx, n_batch = sys.argv[1], *map(int, sys.argv[2:5])
+mp = ll.llama_model_default_params()
+model = ll.llama_model_load_from_file(path.encode(), mp)
+cp = ll.llama_context_default_params()
+cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_rs_seq, cp.n_threads, cp.n_threads_batch = n_ctx, n_batch, n_batch, n_rs, 1, 1
+sys.exit(0 if model and ll.llama_init_from_model(model, cp) else 3)
+"""
+
+
+def snapshot_budget(path: str, requested: int, n_ctx: int, n_batch: int) -> int:
+    """The most snapshots, up to `requested`, a context of this model can be created with.
+
+    Each snapshot adds copy nodes per recurrent layer to llama.cpp's compute graph, whose
+    size is fixed from the model's tensor count (llama_context::graph_max_nodes): past it,
+    context creation aborts the whole process (GGML_ASSERT in ggml-backend.cpp; measured:
+    the 4-layer lfm2 fixture takes n_rs_seq 48, not 64). An abort cannot be caught, so
+    each count is tried in a child process first (the model is memory-mapped, ~1 s),
+    halving until one is created; 0 if none is."""
+    n = requested
+    while n > 0:
+        try:
+            rc = subprocess.run([sys.executable, "-c", _TRY_CONTEXT, path, str(n), str(n_ctx), str(n_batch)],
+                                capture_output=True, timeout=300).returncode
+        except subprocess.TimeoutExpired:
+            rc = -1
+        if rc == 0:
+            return n
+        n //= 2
+    return 0
+
+
 def probe(llm: LLM, requested: int) -> Strategy:
     """Which strategy this context has, found by trying. Leaves the memory empty."""
     n_rs = int(ll.llama_n_rs_seq(llm.ctx))
@@ -138,9 +175,9 @@ class Rollback:
         self.saved_bytes = 0  # bytes checkpointed before the last batch
         self.ms = 0.0
         self.used = ""  # the strategy the last batch used: "", "snapshots" or "checkpoint"
-        # Test-only: corrupt the next partial rejection (the rejected token leaks into the
-        # state), so a test can show the exactness check catches a broken rollback.
-        self.corrupt_next = False
+        # Test-only: how many of the next rejections to corrupt (the first rejected token
+        # leaks into the state), so a test can show the exactness check catches a broken rollback.
+        self.corrupt = 0
 
     @property
     def max_draft(self) -> int | None:
@@ -157,7 +194,7 @@ class Rollback:
         kind = self.strategy.kind
         if n_draft == 0 or kind == "kv":
             return
-        if kind == "snapshots" and n_draft <= self.strategy.n_rs_seq and not self.corrupt_next:
+        if kind == "snapshots" and n_draft <= self.strategy.n_rs_seq and not self.corrupt:
             self.used = "snapshots"
             return
         # A checkpoint target, or a draft longer than the snapshots reach (a K set above
@@ -176,8 +213,8 @@ class Rollback:
         t = time.perf_counter()
         start = self._saved_at
         replay = list(batch[: n_keep - start])
-        if self.corrupt_next:
-            self.corrupt_next = False
+        if self.corrupt:
+            self.corrupt -= 1
             replay = list(batch[1 : n_keep - start + 1])  # the first rejected token replaces the last kept one
         self._ckpt.restore(self.llm)
         self.llm.kv_truncate(start)  # the attention tail; the recurrent part is already there
