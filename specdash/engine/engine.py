@@ -94,6 +94,7 @@ class Engine:
         self._needs_refeed = False  # the target was reloaded: rebuild its KV before the next step
         self._rb = Rollback(target)  # how the target takes back rejected drafts
         self._told_rollback: object = None  # the target whose rollback strategy was announced
+        self._rollback_priced: object = None  # (target, controller): the controller has its rollback costs
 
     # --- commands -------------------------------------------------------------------
     def send(self, cmd: E.Command) -> None:
@@ -247,11 +248,15 @@ class Engine:
 
     def _measure_costs(self, run: Run) -> Iterator[Event]:
         ctl, target = self.controller, self.target
-        if not (self.settings.adaptive and ctl is not None and ctl.needs_costs()):
+        if not (self.settings.adaptive and ctl is not None):
             return
         strategy = self._rollback().strategy
         if strategy.kind == "none" or (strategy.kind != "kv" and not strategy.checkpoint_bytes):
             return  # nothing to draft (K=0), or no way back from a junk batch
+        # Fixed-K steps teach the controller batch costs, never what a rollback costs.
+        price_rollback = strategy.kind == "checkpoint" and self._rollback_priced != (target, ctl)
+        if not (ctl.needs_costs() or price_rollback):
+            return
         sizes = [n for n in self.COST_SIZES if n <= target.n_batch and run.n_past + n < target.n_ctx]
         ms: dict[int, float] = {}
         # A recurrent target cannot drop the junk: it is checkpointed before and restored
@@ -278,11 +283,18 @@ class Engine:
             ckpt.restore(target)
             restore.append((time.perf_counter() - t) * 1e3)
             target.kv_truncate(run.n_past)
-            t = time.perf_counter()
-            target.decode(junk, run.n_past, logits=None)  # a replay: the same batch, no logits
-            replay[n] = (time.perf_counter() - t) * 1e3
-            ckpt.restore(target)
-            target.kv_truncate(run.n_past)
+            if not price_rollback:
+                continue
+            # A replay: the same batch without logits. It prices every rejection from now
+            # on (the batch costs above are refined by each step, this is not): median of 3.
+            times = []
+            for _ in range(3):
+                t = time.perf_counter()
+                target.decode(junk, run.n_past, logits=None)
+                times.append((time.perf_counter() - t) * 1e3)
+                ckpt.restore(target)
+                target.kv_truncate(run.n_past)
+            replay[n] = float(np.median(times))
         if not ms:
             return
         ctl.seed_costs(ms)
@@ -290,9 +302,10 @@ class Engine:
         curve = ", ".join(f"{n}: {v / unit:.1f}x" for n, v in ms.items() if n > 1)
         yield NoticeEvent("info", f"adaptive K: measured target batch costs in "
                           f"{time.perf_counter() - t0:.1f}s (tokens: cost vs one token) {curve}", t=E.now())
-        if ckpt is not None and strategy.kind == "checkpoint":
+        if price_rollback:
             save_ms, restore_ms = float(np.median(save)), float(np.median(restore))
             ctl.price_rollback(save_ms, restore_ms, replay)
+            self._rollback_priced = (target, ctl)
             yield NoticeEvent("info", f"adaptive K: a rejection here costs a restore ({restore_ms:.2f} ms) and a "
                               f"replay ({', '.join(f'{n}: {v:.1f}' for n, v in replay.items())} ms); "
                               f"checkpoint {save_ms:.2f} ms per drafting step", t=E.now())
