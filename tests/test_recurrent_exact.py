@@ -239,6 +239,7 @@ def test_greedy_adaptive_k_is_plain_decoding(fx, near_ties):
     on these tiny models), so drafting and a rejection are required of the three together."""
     session = fx.session
     drafted = rejected = 0
+    notices: list[str] = []
     for drafter in (str(fx.draft), "lookup", "chain"):
         apply(session, E.SetDrafter(drafter), E.SetAdaptive(True))
         try:
@@ -248,7 +249,18 @@ def test_greedy_adaptive_k_is_plain_decoding(fx, near_ties):
         check_exact(fx, tokens_of(steps), f"adaptive {Path(drafter).name}", near_ties)
         drafted += sum(s.drafted for s in steps)
         rejected += sum(1 for s in steps if s.accepted < s.drafted)
+        notices += [ev.message for ev in events if isinstance(ev, E.NoticeEvent)]
     assert drafted and rejected, "adaptive K never drafted, or never had a draft rejected"
+    # A checkpoint target's restore and replay were measured once and handed to the controller.
+    priced = [m for m in notices if "a rejection here costs a restore" in m]
+    ctl = session.engine.controller
+    assert isinstance(ctl, CostModelController)
+    if EXPECTED[fx.name] == "checkpoint":
+        assert len(priced) == 1 and ctl._rollback is not None, notices
+        save, restore, replay = ctl._rollback
+        assert save > 0 and restore > 0 and set(replay) == {1, 2, 3, 5, 9, 17}
+    else:
+        assert not priced and ctl._rollback is None  # snapshots: nothing to replay
 
 
 def test_budget_and_end_of_generation_inside_an_accepted_run(fx, monkeypatch):

@@ -113,7 +113,10 @@ def snapshot_budget(path: str, requested: int, n_ctx: int, n_batch: int) -> int:
     n = requested
     while n > 0:
         try:
-            rc = subprocess.run([sys.executable, "-c", _TRY_CONTEXT, path, str(n), str(n_ctx), str(n_batch)],
+            # The graph's size does not depend on the context length: a short one spares
+            # the child a second full-size KV cache.
+            rc = subprocess.run([sys.executable, "-c", _TRY_CONTEXT, path, str(n), str(min(n_ctx, n_batch)),
+                                 str(n_batch)],
                                 capture_output=True, timeout=300).returncode
         except subprocess.TimeoutExpired:
             rc = -1
