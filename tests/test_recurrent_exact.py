@@ -335,6 +335,46 @@ def test_a_recurrent_draft_model_takes_its_own_drafts_back(fx):
         fresh.close()
 
 
+def test_a_target_reload_mid_run_refeeds_a_recurrent_state(fx, monkeypatch):
+    """The expert-count reload path (SetExperts) on a recurrent target: the new context is
+    fed the transcript from scratch and the run goes on as plain decoding would. These
+    fixtures are dense, so the expert check is waved through and the "reload" loads the
+    same file again: what is tested is the refeed of a recurrent state mid-run."""
+    import specdash.engine.engine as engine_module
+
+    session = fx.session
+    engine = session.engine
+    apply(session, E.SetAdaptive(False), E.SetDrafter(str(fx.draft)), E.SetK(4))
+    old_target = engine.target
+    loaded: list[LLM] = []
+
+    def reload(n: int) -> LLM:
+        loaded.append(LLM(fx.target, n_ctx=1024, n_threads=1, n_rs_seq=16))
+        return loaded[-1]
+
+    monkeypatch.setattr(engine_module, "expert_key", lambda llm, n: "x")
+    monkeypatch.setattr(engine, "_reload_target", reload)
+    steps: list[E.StepEvent] = []
+    notices: list[str] = []
+    try:
+        for ev in engine.generate(fx.prompt, N_TOKENS):
+            if isinstance(ev, E.StepEvent):
+                steps.append(ev)
+                if len(steps) == 5:
+                    session.send(E.SetExperts(2))
+            elif isinstance(ev, E.NoticeEvent):
+                notices.append(ev.message)
+        assert loaded and engine.target is loaded[0], notices
+        assert any("re-feeding the transcript" in m for m in notices), notices
+        check_exact(fx, tokens_of(steps), "reload at step 5")
+        assert any(s.accepted < s.drafted for s in steps[5:]), "no rollback after the reload"
+    finally:
+        engine.target = old_target
+        engine.settings = engine.settings.replace(experts=None)
+        for llm in loaded:
+            llm.close()
+
+
 # --- the check has teeth ------------------------------------------------------------------------
 
 

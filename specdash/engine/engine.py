@@ -225,6 +225,7 @@ class Engine:
         self._needs_refeed = True
         if self.controller:  # verify costs measured on the old model no longer hold
             self.controller.reset(target_changed=True)
+            self._rollback_priced = None  # nor its rollback costs
             self._price_drafter()
 
     def _price_drafter(self) -> None:
