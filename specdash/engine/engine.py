@@ -25,7 +25,7 @@ from specdash.engine.detector import Detector
 from specdash.engine.drafters.base import Drafter
 from specdash.engine.experts import expert_info, expert_key
 from specdash.engine.llm import LLM
-from specdash.engine.rollback import Checkpoint, Rollback
+from specdash.engine.rollback import Rollback, calibrate
 from specdash.engine.settings import EngineSettings, SettingError
 from specdash.engine.stats import SpecCounters
 from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
@@ -259,57 +259,21 @@ class Engine:
         if not (ctl.needs_costs() or price_rollback):
             return
         sizes = [n for n in self.COST_SIZES if n <= target.n_batch and run.n_past + n < target.n_ctx]
-        ms: dict[int, float] = {}
-        # A recurrent target cannot drop the junk: it is checkpointed before and restored
-        # after, and that checkpoint's save, restore and replay are what a rejection on a
-        # checkpoint target costs, so they are measured on the way.
-        ckpt = Checkpoint() if strategy.kind != "kv" else None
-        save: list[float] = []
-        restore: list[float] = []
-        replay: dict[int, float] = {}
         t0 = time.perf_counter()
-        for n in sizes:
-            junk = (run.tokens * n)[-n:]  # any valid tokens: only the time is kept
-            if ckpt is not None:
-                t = time.perf_counter()
-                ckpt.save(target)
-                save.append((time.perf_counter() - t) * 1e3)
-            t = time.perf_counter()
-            target.decode(junk, run.n_past, logits="all")
-            ms[n] = (time.perf_counter() - t) * 1e3
-            if ckpt is None:
-                target.kv_truncate(run.n_past)
-                continue
-            t = time.perf_counter()
-            ckpt.restore(target)
-            restore.append((time.perf_counter() - t) * 1e3)
-            target.kv_truncate(run.n_past)
-            if not price_rollback:
-                continue
-            # A replay: the same batch without logits. It prices every rejection from now
-            # on (the batch costs above are refined by each step, this is not): median of 3.
-            times = []
-            for _ in range(3):
-                t = time.perf_counter()
-                target.decode(junk, run.n_past, logits=None)
-                times.append((time.perf_counter() - t) * 1e3)
-                ckpt.restore(target)
-                target.kv_truncate(run.n_past)
-            replay[n] = float(np.median(times))
-        if not ms:
+        cal = calibrate(target, run.n_past, run.tokens, sizes, replay=price_rollback)
+        if not cal.ms:
             return
-        ctl.seed_costs(ms)
-        unit = ms[sizes[0]]
-        curve = ", ".join(f"{n}: {v / unit:.1f}x" for n, v in ms.items() if n > 1)
+        ctl.seed_costs(cal.ms)
+        unit = cal.ms[sizes[0]]
+        curve = ", ".join(f"{n}: {v / unit:.1f}x" for n, v in cal.ms.items() if n > 1)
         yield NoticeEvent("info", f"adaptive K: measured target batch costs in "
                           f"{time.perf_counter() - t0:.1f}s (tokens: cost vs one token) {curve}", t=E.now())
         if price_rollback:
-            save_ms, restore_ms = float(np.median(save)), float(np.median(restore))
-            ctl.price_rollback(save_ms, restore_ms, replay)
+            ctl.price_rollback(cal.save_ms, cal.restore_ms, cal.replay_ms)
             self._rollback_priced = (target, ctl)
-            yield NoticeEvent("info", f"adaptive K: a rejection here costs a restore ({restore_ms:.2f} ms) and a "
-                              f"replay ({', '.join(f'{n}: {v:.1f}' for n, v in replay.items())} ms); "
-                              f"checkpoint {save_ms:.2f} ms per drafting step", t=E.now())
+            yield NoticeEvent("info", f"adaptive K: a rejection here costs a restore ({cal.restore_ms:.2f} ms) and a "
+                              f"replay ({', '.join(f'{n}: {v:.1f}' for n, v in cal.replay_ms.items())} ms); "
+                              f"checkpoint {cal.save_ms:.2f} ms per drafting step", t=E.now())
 
     def _rollback(self) -> Rollback:
         """The target's rollback (a reload replaces the target, and with it the context)."""
@@ -322,25 +286,9 @@ class Engine:
         if self._told_rollback is self.target:
             return
         self._told_rollback = self.target
-        st = self._rollback().strategy
-        if st.kind == "kv":
-            return
-        arch = self.target.arch
-        if st.kind == "none":
-            yield NoticeEvent("warning", f"{arch} target: llama.cpp can take back no rejected draft here "
-                              f"({st.why}); decoding plainly (K=0)", t=E.now())
-        elif st.kind == "snapshots":
-            fewer = (f" ({st.requested} would overflow llama.cpp's compute graph)"
-                     if st.requested > st.n_rs_seq else "")
-            yield NoticeEvent("info", f"{arch} target keeps recurrent-state snapshots (n_rs_seq {st.n_rs_seq}{fewer}): "
-                              f"drafts up to {st.n_rs_seq} tokens are taken back without replay"
-                              + ("; longer ones use a checkpoint" if st.checkpoint_bytes else ""), t=E.now())
-        else:
-            clamped = (f" (llama.cpp kept no recurrent-state snapshots for {arch}: n_rs_seq "
-                       f"{st.requested} asked, 0 granted)" if st.requested else "")
-            yield NoticeEvent("info", f"{arch} target: its recurrent state is checkpointed "
-                              f"({st.describe()}) before each verify batch and restored after a "
-                              f"rejection, then the kept tokens are decoded again{clamped}", t=E.now())
+        said = self._rollback().strategy.notice(self.target.arch)
+        if said:
+            yield NoticeEvent(*said, t=E.now())
 
     # --- one step -------------------------------------------------------------------
     def step(self, run: Run) -> StepEvent:

@@ -27,10 +27,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import llama_cpp as ll
+import numpy as np
 
 if TYPE_CHECKING:
     from specdash.engine.llm import LLM
@@ -55,6 +56,26 @@ class Strategy:
         if self.kind == "none":
             return "none: plain decoding"
         return ""
+
+
+    def notice(self, arch: str) -> tuple[str, str] | None:
+        """(level, message) telling the operator how an `arch` target takes drafts back;
+        None for a KV cache."""
+        if self.kind == "none":
+            return "warning", (f"{arch} target: llama.cpp can take back no rejected draft here ({self.why}); "
+                               "decoding plainly (K=0)")
+        if self.kind == "snapshots":
+            fewer = f" ({self.requested} would overflow llama.cpp's compute graph)" if self.requested > self.n_rs_seq else ""
+            longer = "; longer ones use a checkpoint" if self.checkpoint_bytes else ""
+            return "info", (f"{arch} target keeps recurrent-state snapshots (n_rs_seq {self.n_rs_seq}{fewer}): "
+                            f"drafts up to {self.n_rs_seq} tokens are taken back without replay{longer}")
+        if self.kind == "checkpoint":
+            clamped = (f" (llama.cpp kept no recurrent-state snapshots for {arch}: n_rs_seq {self.requested} "
+                       "asked, 0 granted)" if self.requested else "")
+            return "info", (f"{arch} target: its recurrent state is checkpointed ({self.describe()}) before each "
+                            f"verify batch and restored after a rejection, then the kept tokens are decoded "
+                            f"again{clamped}")
+        return None
 
 
 def _size(n: int) -> str:
@@ -162,6 +183,59 @@ def _checkpoint_round_trip(llm: LLM) -> int:
     if not ll.llama_memory_seq_rm(llm.mem, 0, 1, -1) or ll.llama_memory_seq_pos_max(llm.mem, 0) != 0:
         return 0
     return ckpt.nbytes
+
+
+@dataclass
+class Calibration:
+    """What adaptive K's one-time measurement found (ms): per target batch of n tokens,
+    and on a checkpoint target the save, the restore and a replay of n tokens."""
+
+    ms: dict[int, float]
+    save_ms: float = 0.0
+    restore_ms: float = 0.0
+    replay_ms: dict[int, float] = field(default_factory=dict)
+
+
+def calibrate(llm: LLM, n_past: int, tokens: Sequence[int], sizes: Sequence[int], *, replay: bool) -> Calibration:
+    """Time junk batches of each size at n_past (logits for all rows, as a verify), then
+    take them back: a KV cache drops them; a recurrent state is checkpointed before and
+    restored after, which times the save and restore on the way, and with `replay` the
+    same batch without logits (median of 3: it prices every rejection from then on, and
+    unlike the batch costs nothing refines it online)."""
+    ckpt = Checkpoint() if llm.strategy.kind != "kv" else None
+    out = Calibration({})
+    save: list[float] = []
+    restore: list[float] = []
+
+    def back() -> float:
+        t = time.perf_counter()
+        if ckpt is not None:
+            ckpt.restore(llm)
+        ms = (time.perf_counter() - t) * 1e3
+        llm.kv_truncate(n_past)
+        return ms
+
+    for n in sizes:
+        junk = (list(tokens) * n)[-n:]  # any valid tokens: only the time is kept
+        if ckpt is not None:
+            t = time.perf_counter()
+            ckpt.save(llm)
+            save.append((time.perf_counter() - t) * 1e3)
+        t = time.perf_counter()
+        llm.decode(junk, n_past, logits="all")
+        out.ms[n] = (time.perf_counter() - t) * 1e3
+        restore.append(back())
+        if ckpt is not None and replay:
+            times = []
+            for _ in range(3):
+                t = time.perf_counter()
+                llm.decode(junk, n_past, logits=None)
+                times.append((time.perf_counter() - t) * 1e3)
+                back()
+            out.replay_ms[n] = float(np.median(times))
+    if ckpt is not None and save:
+        out.save_ms, out.restore_ms = float(np.median(save)), float(np.median(restore))
+    return out
 
 
 class Rollback:
