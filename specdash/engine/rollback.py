@@ -44,7 +44,7 @@ class Strategy:
     kind: str  # "kv" | "snapshots" | "checkpoint" | "none"
     n_rs_seq: int = 0  # snapshots kept per decode (the longest draft they can take back)
     checkpoint_bytes: int = 0  # the partial state's size at the probe; 0: no checkpoint works
-    requested: int = 0  # the n_rs_seq asked for: more than n_rs_seq means llama.cpp clamped it
+    requested: int = 0  # the n_rs_seq asked for; more than n_rs_seq: clamped (llama.cpp, graph size)
     why: str = ""  # for "none": what llama.cpp refused
 
     def describe(self) -> str:
