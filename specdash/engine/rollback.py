@@ -67,7 +67,9 @@ class Strategy:
         if self.kind == "snapshots":
             fewer = f" ({self.requested} would overflow llama.cpp's compute graph)" if self.requested > self.n_rs_seq else ""
             longer = "; longer ones use a checkpoint" if self.checkpoint_bytes else ""
-            return "info", (f"{arch} target keeps recurrent-state snapshots (n_rs_seq {self.n_rs_seq}{fewer}): "
+            # Each snapshot is one more copy of the recurrent state, which the checkpoint holds.
+            memory = f", +{_size(self.n_rs_seq * self.checkpoint_bytes)} of state" if self.checkpoint_bytes else ""
+            return "info", (f"{arch} target keeps recurrent-state snapshots (n_rs_seq {self.n_rs_seq}{fewer}{memory}): "
                             f"drafts up to {self.n_rs_seq} tokens are taken back without replay{longer}")
         if self.kind == "checkpoint":
             clamped = (f" (llama.cpp kept no recurrent-state snapshots for {arch}: n_rs_seq {self.requested} "
