@@ -15,6 +15,7 @@ from typing import Any
 
 from specdash.errors import SpecdashError
 from specdash.models.compat import Rule, evaluate_rules
+from specdash.models.rollback_info import short
 from specdash.models.scan import ModelInfo, ScanResult, inspect_model
 
 # Full size points at this size ratio (target bytes / draft bytes) or more: the research
@@ -50,8 +51,9 @@ RANKING_RULE = (
     f"family (general.basename) or its own weights, {ARCH_POINTS} for the same "
     f"architecture only. Quant, {QUANT_POINTS} x weight: Q8_0 1, Q6_K .9, Q5_K_M .85, "
     f"Q4_K_M .7, Q4_0 .6, F16 .5, Q3_K .45, Q2_K .35, others .3. Drafts over "
-    f"{MAX_USEFUL_SHARE:g} of the target's size, and recurrent/hybrid drafts, rank after "
-    f"all others. SELF: the target's own weights at a lower quant (self-speculation)."
+    f"{MAX_USEFUL_SHARE:g} of the target's size, and recurrent/hybrid drafts without "
+    f"llama.cpp state snapshots (they roll back by checkpoint + replay), rank after all "
+    f"others. SELF: the target's own weights at a lower quant (self-speculation)."
 )
 
 
@@ -69,7 +71,7 @@ class PairVerdict:
     rank: int | None  # 1 = best; None when incompatible
     self_speculative: bool  # the target's own weights, quantized harder
     size_ratio: float | None  # draft bytes / target bytes, per token
-    low_tier: bool  # ranked after every other compatible draft (too big, or recurrent)
+    low_tier: bool  # ranked after every other compatible draft (too big, or checkpoint rollback)
     notes: tuple[str, ...]
 
     @property
@@ -103,6 +105,11 @@ class PairsReport:
     verdicts: tuple[PairVerdict, ...]  # compatible in rank order, then the others by name
     warnings: tuple[str, ...]  # about the target itself
 
+    @property
+    def rollback(self) -> str:
+        """How the target undoes rejected drafts and what that costs (rollback_info)."""
+        return self.target.rollback_text()
+
     def compatible(self) -> list[PairVerdict]:
         return [v for v in self.verdicts if v.compatible]
 
@@ -113,6 +120,8 @@ class PairsReport:
         return {
             "target": self.target.to_dict(),
             "warnings": list(self.warnings),
+            "rollback": {"strategy": self.target.rollback, "state_bytes": self.target.state_bytes,
+                         "text": self.rollback},
             "ranking_rule": RANKING_RULE,
             "compatible": [v.to_dict() for v in self.compatible()],
             "incompatible": [v.to_dict() for v in self.incompatible()],
@@ -120,20 +129,9 @@ class PairsReport:
 
 
 def target_warnings(target: ModelInfo) -> list[str]:
-    """What the operator must know about the target before speculating at all."""
+    """What the operator must know about the target before speculating at all. (How a
+    recurrent or hybrid target rolls back is not a warning: PairsReport.rollback.)"""
     out = []
-    if target.state:
-        rollback = (
-            "llama.cpp can keep such snapshots for this architecture (context parameter "
-            "n_rs_seq, experimental)"
-            if target.rs_rollback
-            else "llama.cpp cannot snapshot this architecture's state"
-        )
-        out.append(
-            f"target is {target.state} ({target.architecture}): its recurrent state cannot "
-            f"be cut back like a KV cache, so rejected draft tokens can only be undone from "
-            f"a state checkpoint; {rollback}, and specdash's engine takes none yet"
-        )
     if target.vocab_only:
         out.append("target is a vocab-only file (no weights): it can be checked, not run")
     return out
@@ -195,8 +193,15 @@ def _score(draft: ModelInfo, target: ModelInfo, self_spec: bool) -> tuple[float,
         else:
             notes.append(f"over {MAX_USEFUL_SHARE:g} of the target's size: unlikely to pay")
     if draft.state:
-        low_tier = True
-        notes.append(f"{draft.state} draft: its state cannot be cut back either")
+        # A recurrent draft rolls back its own state after each rejection too: with
+        # snapshots that costs memory only; with a checkpoint, a state copy every step
+        # and a replay of the accepted tokens after each rejection, on the draft's side.
+        how = f"{draft.state} draft, rollback: {short(draft.rollback, draft.state_bytes)}"
+        if draft.rollback == "snapshots":
+            notes.append(how)
+        else:
+            low_tier = True
+            notes.append(f"{how}: slower drafting")
     if self_spec:
         notes.insert(0, f"SELF: the target at {draft.quant} (self-speculation)")
     how = f"{size_text}, {family_text}, {draft.quant}"
