@@ -143,9 +143,9 @@ class StepEvent:
     content: str = ""  # content detector label (code / json / prose ...), "" when unknown
     adaptive: bool = False
     decision: str = ""  # adaptive controller's reason for this K, "" when fixed
-    # How this step took back rejected drafts on a recurrent/hybrid target: "" (a KV cache,
-    # or nothing to take back), "snapshots" or "checkpoint"; the ms its save, restore and
-    # replay took (target and draft model, part of the times above) and the bytes saved.
+    # How this step took back rejected drafts on a recurrent/hybrid target: "" (a KV cache),
+    # "snapshots" or "checkpoint"; the ms its save, restore and replay took (target and
+    # draft model, part of the times above) and the bytes checkpointed.
     rollback: str = ""
     rollback_ms: float = 0.0
     checkpoint_bytes: int = 0

@@ -379,7 +379,9 @@ class Engine:
             content=content,
             adaptive=s.adaptive,
             decision=decision,
-            rollback=rb.used,
+            # What took the rejected drafts back (a step may outrun the snapshots), else the
+            # target's own way back: a plain step on a recurrent target still names it.
+            rollback=rb.used or (rb.strategy.kind if rb.strategy.kind in ("snapshots", "checkpoint") else ""),
             rollback_ms=save_ms + restore_ms + draft_rb_ms,
             checkpoint_bytes=rb.saved_bytes + draft_rb_bytes,
         )
