@@ -63,8 +63,8 @@ class DraftModelDrafter:
         if n == len(tokens):  # nothing new: re-decode the last token to get its logits
             n -= 1
         replayed = 0  # committed tokens fed again only because the state went back past them
-        t0 = time.perf_counter()
         if n < len(kv):
+            t0 = time.perf_counter()
             if self._ckpt is None:
                 self.llm.kv_truncate(n)
             else:
@@ -76,8 +76,10 @@ class DraftModelDrafter:
                     self.llm.clear()
                 replayed, n = n - back, back
                 self._ckpt_at = -1
+                self._rollback_ms += (time.perf_counter() - t0) * 1e3
             del kv[n:]
         feed = list(tokens[n:])
+        t0 = time.perf_counter()
         logits = np.empty((0, 0))
         for i in range(0, len(feed), self.llm.n_batch):
             chunk = feed[i : i + self.llm.n_batch]
@@ -91,8 +93,7 @@ class DraftModelDrafter:
         extra = max(len(feed) - 2 - replayed, 0)
         spent = (time.perf_counter() - t0) * 1e3
         per_token = spent / len(feed)
-        if replayed:
-            self._rollback_ms += spent - per_token * (len(feed) - replayed)
+        self._rollback_ms += per_token * replayed
         self._prep_ms = per_token * extra
         if extra:
             old = self._catch_up_ms
