@@ -94,6 +94,9 @@ class SettingsEvent:
     # anything not listed is refused. `unavailable` says why, for names it knows it cannot.
     supports: list[str] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)
+    # How the target takes back rejected drafts, e.g. "snapshots (n_rs_seq 16)" or
+    # "checkpoint 1.6 KB + replay"; "" for a KV cache (or unknown).
+    rollback: str = ""
     t: float = 0.0
     event: str = "settings"
 
@@ -142,6 +145,12 @@ class StepEvent:
     content: str = ""  # content detector label (code / json / prose ...), "" when unknown
     adaptive: bool = False
     decision: str = ""  # adaptive controller's reason for this K, "" when fixed
+    # How this step took back rejected drafts on a recurrent/hybrid target: "" (a KV cache),
+    # "snapshots" or "checkpoint"; the ms its save, restore and replay took (target and
+    # draft model, part of the times above) and the bytes checkpointed.
+    rollback: str = ""
+    rollback_ms: float = 0.0
+    checkpoint_bytes: int = 0
     event: str = "step"
 
     @property

@@ -96,7 +96,10 @@ class Session:
                 overrides = {expert_key(probe, experts): experts}
             finally:
                 probe.close()
-        return LLM(self.target_path, n_ctx=s.ctx, n_threads=s.threads, kv_overrides=overrides)
+        # Recurrent-state snapshots for the longest draft the settings allow, where the
+        # architecture has them (llama.cpp ignores it elsewhere; LLM.strategy says which).
+        return LLM(self.target_path, n_ctx=s.ctx, n_threads=s.threads, kv_overrides=overrides,
+                   n_rs_seq=max(s.k, s.k_max))
 
     def _reload_target(self, n: int) -> LLM:
         """The engine's SetExperts: the target again, with `n` active experts."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -116,6 +117,56 @@ def default(target_path, draft_path):
 @pytest.mark.parametrize("seed", range(2))
 def test_fuzz_default_pair(default, near_ties, seed):
     check(*default, seed, DEFAULT_TOKENS, near_ties)
+
+
+RECURRENT_TOKENS = 48
+
+
+@pytest.fixture(scope="module", params=["lfm2", "mamba2", "hybrid_ckpt"])
+def recurrent(request):
+    """The recurrent and hybrid fixtures (issue 19) with their perturbed draft models:
+    snapshots (lfm2) and checkpoint + replay (mamba2, granitehybrid) under hot-swaps."""
+    target = request.getfixturevalue(f"{request.param}_path")
+    draft = request.getfixturevalue(f"{request.param}_draft_path")
+    pair = F.Pair(request.param, str(target), str(draft), raw=True, prompts=F.RAW_PROMPTS)
+    session, reference = pair.session(RECURRENT_TOKENS), F.Reference(pair)
+    assert session.engine.target.strategy.kind in ("snapshots", "checkpoint")
+    # Count the rollbacks the schedules made the target take (a fuzz run whose drafts were
+    # all accepted or all rejected whole would prove nothing about them).
+    taken = ROLLBACKS.setdefault(request.param, Counter())
+    real_step = session.engine.step
+
+    def step(run):
+        ev = real_step(run)
+        if 0 < ev.accepted < ev.drafted:
+            taken["partial"] += 1
+        if ev.accepted < ev.drafted:
+            taken[ev.rollback] += 1
+        return ev
+
+    session.engine.step = step
+    yield pair, session, reference
+    reference.close()
+    session.close()
+
+
+ROLLBACKS: dict[str, Counter] = {}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fuzz_recurrent_targets(recurrent, near_ties, seed):
+    check(*recurrent, seed, RECURRENT_TOKENS, near_ties)
+
+
+def test_fuzz_recurrent_targets_took_drafts_back(recurrent, near_ties):
+    """After the schedules above: each target really took back partly rejected drafts."""
+    pair = recurrent[0]
+    taken = ROLLBACKS.get(pair.name, Counter())
+    if not sum(taken.values()):
+        check(*recurrent, 0, RECURRENT_TOKENS, near_ties)  # run alone (-k): one schedule first
+    near_ties.append(f"fuzz {pair.name}: rollbacks {dict(taken)}")
+    assert taken["partial"] > 0, taken
+    assert taken["snapshots" if pair.name == "lfm2" else "checkpoint"] > 0, taken
 
 
 def test_fuzz_summary(near_ties):
