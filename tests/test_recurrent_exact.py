@@ -22,6 +22,7 @@ import pytest
 from cli_helpers import specdash
 from specdash import events as E
 from specdash.engine.controller import CostModelController
+from specdash.engine.engine import Engine
 from specdash.engine.llm import LLM
 from specdash.engine.rollback import Strategy
 from specdash.engine.settings import K_CAP, EngineSettings
@@ -259,7 +260,7 @@ def test_greedy_adaptive_k_is_plain_decoding(fx, near_ties):
     if EXPECTED[fx.name] == "checkpoint":
         assert len(priced) == 1 and ctl._rollback is not None, notices
         save, restore, replay = ctl._rollback
-        assert save > 0 and restore > 0 and set(replay) == {1, 2, 3, 5, 9, 17}
+        assert save > 0 and restore > 0 and set(replay) == set(Engine.COST_SIZES)  # every calibration size fits the fixtures' batch
     else:
         assert not priced and ctl._rollback is None  # snapshots: nothing to replay
 
