@@ -343,6 +343,7 @@ class Engine:
             content=content,
             adaptive=s.adaptive,
             decision=decision,
+            translate_ms=draft.translate_ms,
         )
         run.counters.add(ev)
         if self.controller is not None:
