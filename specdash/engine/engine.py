@@ -287,6 +287,11 @@ class Engine:
             # Called even at K=0: history-keeping drafters (suffix) must see every step.
             draft = self.drafter.propose(run.tokens, k, s.sampling, self.rng)
         draft = draft.cut(k)  # a drafter may not overrun K
+        # A padded draft vocabulary (llama.cpp's rule allows up to 128 extra ids) can propose
+        # an id the target does not have: the draft ends before it.
+        beyond = next((i for i, t in enumerate(draft.tokens) if t >= target.n_vocab), None)
+        if beyond is not None:
+            draft = draft.cut(beyond)
         t_draft = time.perf_counter()
 
         # 2. Verify: the last committed token and the draft in ONE batch, logits for all.
