@@ -425,3 +425,41 @@ def test_cli_pairs_ranks_translated_drafts_in_their_own_tier(tmp_path, capsys, m
     out = " ".join(capsys.readouterr().out.split())
     assert "2 through translation (another vocabulary), best first" in out
     assert "their own tier (translated)" in out
+
+
+# --- provenance on screen --------------------------------------------------------------------------
+
+
+def test_the_generation_panel_colours_translated_draft_tokens_apart():
+    """A step drafted through translation ("xvocab") keeps that provenance in the
+    dashboard state, and the generation panel draws it in its own colour."""
+    import asyncio
+
+    from test_tui_widgets import Host
+
+    from specdash.tui.reducer import DashState
+    from specdash.tui.widgets.generation import GenerationView
+
+    state = DashState()
+    for drafter, toks in (("xvocab", ["a", "b", "c"]), ("draft", ["d", "e"])):
+        state.feed(E.StepEvent(step=1, k=4, drafter=drafter, drafted=3, accepted=len(toks) - 1, tokens=[1] * len(toks),
+                               pieces=toks, from_draft=[True] * (len(toks) - 1) + [False], draft_ms=1.0,
+                               verify_ms=1.0, other_ms=0.1, n_past=10, n_generated=3, t=1.0, translate_ms=0.4))
+    assert state.pieces == [("a", "xvocab"), ("b", "xvocab"), ("c", False), ("d", True), ("e", False)]
+
+    async def run() -> None:
+        view = GenerationView()
+        async with Host(view).run_test(size=(20, 3)) as pilot:
+            view.clear()
+            view.append(["xx", "\n", "dd", "\n", "tt"], ["xvocab", False, True, False, False])
+            await pilot.pause()
+            translated = view.get_component_rich_style("generation--translated").color
+            draft = view.get_component_rich_style("generation--draft").color
+            assert translated != draft
+
+            def colours(y: int) -> set:
+                return {seg.style.color for seg in view.render_line(y) if seg.text.strip() and seg.style}
+
+            assert translated in colours(0) and draft in colours(1) and not {translated, draft} & colours(2)
+
+    asyncio.run(run())
