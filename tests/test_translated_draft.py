@@ -231,6 +231,19 @@ def test_the_draft_kv_follows_the_committed_text(vocabs):
     assert fake.kv == d._d and fake.kv[0] == gemma.bos
     assert d.draft.text(d._d[1:]).startswith(d.target.text(committed))
     assert prefilled > 0
+    # Sat out steps (a chain drafting from lookup: k=0), then asked again: it catches up.
+    longer = committed + qwen.tokenize(" twelve, thirteen, fourteen, fifteen", add_special=False)
+    for n in range(len(committed), len(longer)):
+        assert d.propose(longer[:n], 0, GREEDY, None).tokens == []
+    d.propose(longer, 2, GREEDY, None)
+    assert fake.kv == d._d and d.draft.text(d._d[1:]).startswith(d.target.text(longer))
+    # A stale drafter swapped back in after other text (committed tokens changed early on):
+    # its mirror and its KV are cut back to what still holds, not rebuilt from scratch.
+    other = committed[:5] + qwen.tokenize(" something else entirely", add_special=False)
+    before = fake.decoded
+    d.propose(other, 2, GREEDY, None)
+    assert fake.kv == d._d and d.draft.text(d._d[1:]).startswith(d.target.text(other))
+    assert fake.decoded - before < len(d._d)
 
 
 # --- the real pairs: greedy output is plain decoding's ---------------------------------------------

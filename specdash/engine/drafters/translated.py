@@ -210,20 +210,20 @@ class TranslatedDrafter:
         if total == 0 or total + room >= self.llm.n_ctx:
             return None
         # 3. Align with what the KV holds: decode from the first difference on.
-        same = 0
-        while keep + same < len(d) and same < len(new) and d[keep + same] == new[same]:
-            same += 1
-        cut = min(keep + same, total - 1)  # the last token is decoded again for its logits
         pos_ends = [0] * (len(self._bos) if keep == 0 else 0)  # a BOS spells no text
         offset = start
         for tok in new[len(pos_ends):]:
             offset += len(self.draft.piece(tok))
             pos_ends.append(offset)
+        full, full_ends = d[:keep] + new, ends[:keep] + pos_ends
+        same = keep
+        while same < min(len(d), total) and d[same] == full[same]:
+            same += 1
+        cut = min(same, total - 1)  # the last token is decoded again for its logits
         if cut < len(d):
             self.llm.kv_truncate(cut)
             del d[cut:], ends[cut:]
-        feed = new[cut - keep:]
-        feed_ends = pos_ends[cut - keep:]
+        feed, feed_ends = full[cut:], full_ends[cut:]
         if prefill:  # the first proposal decodes the last token for its logits
             feed, feed_ends = feed[:-1], feed_ends[:-1]
         t1 = time.perf_counter()
