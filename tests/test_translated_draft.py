@@ -476,3 +476,21 @@ def test_the_generation_panel_colours_translated_draft_tokens_apart():
             assert translated in colours(0) and draft in colours(1) and not {translated, draft} & colours(2)
 
     asyncio.run(run())
+
+
+def test_export_leaves_out_a_translated_draft():
+    """llama-server refuses a draft with another vocabulary (and then serves with no
+    speculation at all): the export says so instead of writing -md."""
+    from specdash.export import server_args
+
+    st = E.SettingsEvent(source="engine", target="qwen2.5-coder-1.5b", draft="gemma3-270m",
+                         drafter="gemma3-270m (translated)", k=4, target_path="/m/qwen.gguf",
+                         draft_path="/m/gemma.gguf")
+    args, notes = server_args(st)
+    assert "-md" not in args and "--spec-type" not in args
+    assert any("another vocabulary" in n and "translation" in n for n in notes)
+    chain = E.SettingsEvent(source="engine", target="qwen2.5-coder-1.5b", draft="chain", k=4,
+                            drafter="chain: lookup → suffix → gemma3-270m (translated)",
+                            target_path="/m/qwen.gguf", draft_path="/m/gemma.gguf", lookup_max_ngram=4)
+    args, notes = server_args(chain)
+    assert "-md" not in args and "--spec-type ngram-simple" in " ".join(args) and notes
