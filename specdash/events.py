@@ -83,6 +83,7 @@ class SettingsEvent:
     ctx: int | None = None
     max_tokens: int | None = None
     raw: bool | None = None
+    translate: bool | None = None  # a draft with another vocabulary may draft through translation
     experts: int | None = None  # the expert-count override; None = the file's own
     experts_active: int | None = None  # active experts per token, as loaded
     expert_count: int | None = None  # experts in the model; None for a dense model
@@ -151,6 +152,9 @@ class StepEvent:
     rollback: str = ""
     rollback_ms: float = 0.0
     checkpoint_bytes: int = 0
+    # Of draft_ms, the time spent translating between vocabularies (a draft model with
+    # another vocabulary, drafter "xvocab"); 0 otherwise and in older recordings.
+    translate_ms: float = 0.0
     event: str = "step"
 
     @property

@@ -56,14 +56,15 @@ class Recorder:
         self.closed = True
 
 
-def real_app(tmp_path, smol_path, *, draft="lookup", **options):
+def real_app(tmp_path, smol_path, *, draft="lookup", translate=True, **options):
     recorders: list[Recorder] = []
 
     def factory(settings, progress):
         recorders.append(Recorder(Session(settings, progress=progress)))
         return recorders[-1]
 
-    settings = EngineSettings(target=str(smol_path), draft=draft, k=2, threads=2, ctx=2048, max_tokens=1500)
+    settings = EngineSettings(target=str(smol_path), draft=draft, k=2, threads=2, ctx=2048, max_tokens=1500,
+                              translate=translate)
     opts = DashboardOptions(settings=settings, prompt=PROMPT, screenshots_dir=str(tmp_path / "shots"), **options)
     app = SpecdashApp(opts, session_factory=factory, sampler=FixedSampler(), hints=lambda: [], flush_interval=0.1)
     notes: list[tuple[str, str]] = []
@@ -169,7 +170,7 @@ async def test_draft_picker_swaps_the_drafter_and_keeps_the_text(tmp_path, smol_
 
 @sync
 async def test_an_incompatible_draft_is_refused_and_the_old_one_keeps_running(tmp_path, smol_path, gemma_path):
-    app, recs, notes = real_app(tmp_path, smol_path)
+    app, recs, notes = real_app(tmp_path, smol_path, translate=False)  # strict llama.cpp rules
     async with app.run_test(size=(100, 30)) as pilot:
         await until(pilot, lambda: recs and len(steps(recs[0])) >= 2, "steps with prompt lookup")
         await pilot.press("d")

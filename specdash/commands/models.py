@@ -458,7 +458,8 @@ def _print_pairs(report: PairsReport) -> None:
         out.print(f"  {report.rollback}", soft_wrap=True)
     for w in report.warnings:
         out.print(Text(f"warning: {w}", style="yellow"))
-    good, bad = report.compatible(), report.incompatible()
+    good, translated = report.compatible(), report.translated()
+    bad = [v for v in report.incompatible() if not v.translation]
     if good:
         table = _table()
         table.title = f"{len(good)} compatible draft(s), best first"
@@ -482,6 +483,21 @@ def _print_pairs(report: PairsReport) -> None:
         out.print(table)
     else:
         out.print(Text("no compatible draft found", style="bold red"))
+    if translated:
+        table = _table()
+        table.title = f"{len(translated)} through translation (another vocabulary), best first"
+        table.title_justify = "left"
+        table.add_column("#", justify="right", no_wrap=True)
+        table.add_column("DRAFT", min_width=12, max_width=28, overflow="ellipsis")
+        table.add_column("FAILED RULE", no_wrap=True)
+        table.add_column("RATIO", justify="right", no_wrap=True)
+        table.add_column("SCORE", justify="right", no_wrap=True)
+        for v in translated:
+            ratio = "-" if v.size_ratio is None else (
+                f"1/{1 / v.size_ratio:.1f}" if v.size_ratio < 1 else f"{v.size_ratio:.1f}x")
+            table.add_row(str(v.rank), _model_cell(v.draft.label, list(v.notes[1:])), v.failed_rule or "-",
+                          ratio, f"{v.score:.0f}", style="dim" if v.low_tier else None)
+        out.print(table)
     if bad:
         table = _table()
         table.title = f"{len(bad)} incompatible"

@@ -331,6 +331,11 @@ class Engine:
             draft = self.drafter.propose(run.tokens, k, s.sampling, self.rng)
         draft = draft.cut(k)  # a drafter may not overrun K
         draft_rb_ms, draft_rb_bytes = _take_draft_rollback(self.drafter)
+        # A padded draft vocabulary (llama.cpp's rule allows up to 128 extra ids) can propose
+        # an id the target does not have: the draft ends before it.
+        beyond = next((i for i, t in enumerate(draft.tokens) if t >= target.n_vocab), None)
+        if beyond is not None:
+            draft = draft.cut(beyond)
         t_draft = time.perf_counter()
 
         # 2. Verify: the last committed token and the draft in ONE batch, logits for all.
@@ -396,6 +401,7 @@ class Engine:
             rollback=rb.used or (rb.strategy.kind if rb.strategy.kind in ("snapshots", "checkpoint") else ""),
             rollback_ms=save_ms + restore_ms + draft_rb_ms,
             checkpoint_bytes=rb.saved_bytes + draft_rb_bytes,
+            translate_ms=draft.translate_ms,
         )
         run.counters.add(ev)
         if self.controller is not None:

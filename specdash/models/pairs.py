@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specdash.errors import SpecdashError
-from specdash.models.compat import Rule, evaluate_rules
+from specdash.models.compat import TRANSLATION_TIER, Rule, evaluate_rules, translation_applies, translation_note
 from specdash.models.rollback_info import short
 from specdash.models.scan import ModelInfo, ScanResult, inspect_model
 
@@ -53,7 +53,9 @@ RANKING_RULE = (
     f"Q4_K_M .7, Q4_0 .6, F16 .5, Q3_K .45, Q2_K .35, others .3. Drafts over "
     f"{MAX_USEFUL_SHARE:g} of the target's size, and recurrent/hybrid drafts without "
     f"llama.cpp state snapshots (they roll back by checkpoint + replay), rank after all "
-    f"others. SELF: the target's own weights at a lower quant (self-speculation)."
+    f"others. Drafts with another vocabulary, which speculate through translation, rank in "
+    f"their own tier ({TRANSLATION_TIER}) after every same-vocabulary draft, by the same score. "
+    f"SELF: the target's own weights at a lower quant (self-speculation)."
 )
 
 
@@ -73,6 +75,14 @@ class PairVerdict:
     size_ratio: float | None  # draft bytes / target bytes, per token
     low_tier: bool  # ranked after every other compatible draft (too big, or checkpoint rollback)
     notes: tuple[str, ...]
+    # Fails llama.cpp's rules but can speculate through translation: ranked (`rank`) in
+    # the translated tier, after every compatible draft.
+    translation: bool = False
+
+    @property
+    def tier(self) -> str | None:
+        """"same vocabulary" (compatible), "translated", or None (cannot draft)."""
+        return "same vocabulary" if self.compatible else TRANSLATION_TIER if self.translation else None
 
     @property
     def reason(self) -> str:
@@ -96,6 +106,9 @@ class PairVerdict:
             "reason": self.reason,
             "notes": list(self.notes),
             "rules": [{"name": r.name, "passed": r.passed, "evidence": r.evidence} for r in self.rules],
+            "tier": self.tier,
+            "translation": self.translation,
+            "translation_note": translation_note(self.size_ratio) if self.translation else None,
         }
 
 
@@ -114,7 +127,11 @@ class PairsReport:
         return [v for v in self.verdicts if v.compatible]
 
     def incompatible(self) -> list[PairVerdict]:
+        """Every draft that fails llama.cpp's rules (the translated tier first, ranked)."""
         return [v for v in self.verdicts if not v.compatible]
+
+    def translated(self) -> list[PairVerdict]:
+        return [v for v in self.verdicts if v.translation]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -124,6 +141,7 @@ class PairsReport:
                          "text": self.rollback},
             "ranking_rule": RANKING_RULE,
             "compatible": [v.to_dict() for v in self.compatible()],
+            "translated": [v.to_dict() for v in self.translated()],
             "incompatible": [v.to_dict() for v in self.incompatible()],
         }
 
@@ -221,6 +239,13 @@ def _judge(draft: ModelInfo, target: ModelInfo) -> PairVerdict:
     except SpecdashError as exc:  # the file changed or went away since the scan
         return refuse("readable", str(exc))
     failed = [r for r in rules if not r.passed]
+    if failed and not draft.vocab_only and translation_applies(target.vocab, draft.vocab):
+        score, low_tier, how, family, notes = _score(draft, target, False)
+        ratio = _ratio(draft, target)
+        if ratio is not None and ratio >= 1:
+            notes.append("correct but slower than plain decoding")
+        return PairVerdict(draft, False, tuple(rules), failed[0].name, failed[0].evidence, family, score, None,
+                           False, _ratio(draft, target), low_tier, (f"{TRANSLATION_TIER}: {how}", *notes), True)
     if failed:
         return refuse(failed[0].name, failed[0].evidence, rules)
     if draft.vocab_only:
@@ -240,8 +265,8 @@ def _same_file(a: Path, b: Path) -> bool:
 
 def rank_drafts(target: str | Path | ModelInfo, scan_result: ScanResult) -> list[PairVerdict]:
     """Every model of `scan_result` but the target itself, judged as a draft for it:
-    compatible ones first, best first (rank 1, 2, ...), then the incompatible ones by
-    name, each with the rule that failed. `target` is a GGUF path or a ModelInfo."""
+    compatible ones first, best first (rank 1, 2, ...), then those that can only draft
+    through translation (ranked on), then the others by name, each with the rule that failed. `target` is a GGUF path or a ModelInfo."""
     return list(pairs_report(target, scan_result).verdicts)
 
 
@@ -257,13 +282,21 @@ def pairs_report(target: str | Path | ModelInfo, scan_result: ScanResult) -> Pai
         key=lambda v: (v.low_tier, -v.score, v.size_ratio or 0.0, v.draft.label),
     )
     ranked = [_with_rank(v, i) for i, v in enumerate(good, 1)]
-    bad = sorted((v for v in verdicts if not v.compatible), key=lambda v: (v.draft.label, str(v.draft.path)))
+    # Their own tier, after every same-vocabulary draft: translation costs time each step
+    # and acceptance is usually lower.
+    translated = sorted(
+        (v for v in verdicts if v.translation),
+        key=lambda v: (v.low_tier, -v.score, v.size_ratio or 0.0, v.draft.label),
+    )
+    ranked += [_with_rank(v, i) for i, v in enumerate(translated, len(ranked) + 1)]
+    bad = sorted((v for v in verdicts if not v.compatible and not v.translation),
+                 key=lambda v: (v.draft.label, str(v.draft.path)))
     return PairsReport(info, tuple(ranked + bad), tuple(target_warnings(info)))
 
 
 def _with_rank(v: PairVerdict, rank: int) -> PairVerdict:
     return PairVerdict(v.draft, v.compatible, v.rules, v.failed_rule, v.evidence, v.family, v.score,
-                       rank, v.self_speculative, v.size_ratio, v.low_tier, v.notes)
+                       rank, v.self_speculative, v.size_ratio, v.low_tier, v.notes, v.translation)
 
 
 def _target_info(target: str | Path | ModelInfo, scan_result: ScanResult) -> ModelInfo:

@@ -100,6 +100,8 @@ class GenerationPanel(Panel):
         self.show_text(state)
         step = state.stats.last_step
         legend = "[$draft-token]■[/] draft accepted  [$target-token]■[/] target"
+        if any(kind == "xvocab" for _, kind in state.pieces[-200:]):  # only once translated drafts show
+            legend = "[$draft-token]■[/] draft accepted  [$translated-token]■[/] translated  [$target-token]■[/] target"
         self.titles(
             f"Generation · {escape(state.prompt_title)}" if state.prompt_title else "Generation",
             f"{legend}  ·  content: {step.content}" if step and step.content else legend,
