@@ -32,6 +32,9 @@ class CostlySource:
     def parts(self):
         return [self]
 
+    def catch_up_ms(self, tokens):
+        return 0.0
+
     def prefill(self, tokens): ...
     def reset(self): ...
     def forget(self): ...
