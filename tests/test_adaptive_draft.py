@@ -87,3 +87,42 @@ def test_k_cap_bounds_every_source_and_zero_cap_only_looks():
     assert [type(s) for s in Borrowed(lookup).parts()] == [Borrowed]
     chain = ChainDrafter([lookup, costly])
     assert Borrowed(chain).parts() == [lookup, costly]  # a lent chain is still a chain
+
+
+# --- through the session: the drafter as the engine really holds it ------------------------
+def test_the_session_lent_draft_model_prices_its_catch_up(smol_path):
+    """Session lends every draft model wrapped in Borrowed, and the catch-up price has to
+    get through that wrapper: adaptive K looked it up with getattr on the source, found
+    nothing on Borrowed, and priced every catch-up at 0 ms. The drafter here is built by
+    the session from settings, and the controller is the real one, told to stay at K=0
+    for a while and then draft: what choose() is told must grow with the steps the draft
+    model sat out, and be ~0 right after it drafted."""
+    from specdash.engine.controller import CostModelController
+    from specdash.engine.settings import EngineSettings
+    from specdash.events import StepEvent
+    from specdash.session import Session
+
+    class Scripted(CostModelController):
+        def __init__(self):
+            super().__init__(k_min=0, k_max=4)
+            self.seen: list[float] = []
+
+        def choose(self, content, catch_up_ms=0.0):
+            self.seen.append(catch_up_ms)
+            return (2, "scripted draft") if len(self.seen) in (9, 10) else (0, "scripted plain")
+
+    ctl = Scripted()
+    settings = EngineSettings(target=str(smol_path), draft=str(smol_path), adaptive=True, k=2,
+                              threads=2, ctx=512, max_tokens=14)
+    session = Session(settings, controller=ctl)
+    try:
+        assert isinstance(session.engine.drafter, Borrowed)  # as every session lends it
+        prompt = "List the planets of the solar system in order, one per line, with their moons."
+        steps = [e for e in session.run(prompt) if isinstance(e, StepEvent)]
+    finally:
+        session.close()
+    assert [s.k for s in steps[:10]] == [0] * 8 + [2, 2]
+    behind = ctl.seen[:9]  # steps 1..9: the model sat out 0..8 steps
+    assert behind[0] == 0.0 and all(b > 0 for b in behind[3:]), behind
+    assert behind == sorted(behind) and behind[8] > 2 * behind[3], behind
+    assert ctl.seen[9] < behind[3]  # in step again after drafting: nothing to catch up on
