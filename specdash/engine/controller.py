@@ -292,12 +292,14 @@ class CostModelController:
         # a load change moves every size alike, so the others are scaled along with it
         # (unscaled, a slower machine made stale big batches look cheap and drafting pay).
         self._s1_at: dict[int, float] = {}
+        self._cost_cache: dict[int, float] = {}  # step_cost(n) until the next measurement
         self.reset()
 
     def reset(self, target_changed: bool = False) -> None:
         if target_changed:
             self._step_cost.clear()
             self._s1_at.clear()
+            self._cost_cache.clear()
         self._draft_ms = _Ema()  # per drafted token, model drafts only
         self._draft_rel_min = float("inf")  # cheapest draft ms per token / s(1) at the time
         self._acc: dict[str, list[float]] = {}  # label -> [accepted, trials], decayed
@@ -335,6 +337,7 @@ class CostModelController:
     def seed_costs(self, ms: dict[int, float]) -> None:
         """Step costs measured up front (ms per target batch of n tokens): decisions are
         right from the first step instead of extrapolating from one batch size."""
+        self._cost_cache.clear()
         for n, v in ms.items():
             self._step_cost.setdefault(n, _Ema()).add(v, 1.0)
         if 1 in ms:
@@ -342,6 +345,15 @@ class CostModelController:
 
     def step_cost(self, n: int) -> float | None:
         """Estimated verify + bookkeeping ms for a target batch of n tokens."""
+        # One choose() asks for ~40 sizes; the curve only changes when a step is observed.
+        cost = self._cost_cache.get(n)
+        if cost is None:
+            cost = self._estimate_cost(n)
+            if cost is not None:
+                self._cost_cache[n] = cost
+        return cost
+
+    def _estimate_cost(self, n: int) -> float | None:
         sizes = sorted(m for m, e in self._step_cost.items() if e.count)
         if not sizes:
             return None
@@ -519,6 +531,7 @@ class CostModelController:
     ) -> None:
         s1 = self.step_cost(1)  # before this step's sample: what its draft is measured against
         n = drafted + 1
+        self._cost_cache.clear()
         if n > 1 and s1 and n in self._step_cost and self._s1_at.get(n):
             # Bring the old estimate to today's load before averaging the new sample in.
             self._step_cost[n].value *= s1 / self._s1_at[n]
