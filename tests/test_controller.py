@@ -343,14 +343,16 @@ def test_trim_needs_a_plain_step_first_and_then_trusts_long_matches_more():
 def test_trim_learns_per_match_length_bucket_and_source():
     ctl = CostModelController()
     measured_plain(ctl)
+    suffix = []
     for _ in range(40):  # 4-7 token matches of lookup are always right...
         free_step(ctl, 5, 8, ALL)
-        free_step(ctl, 16, 8, NONE, source="suffix")  # ...long suffix matches here never
+        suffix.append(free_step(ctl, 16, 8, NONE, source="suffix")[0])  # ...long suffix matches here never
     assert ctl.free_alpha("lookup", 6) > 0.9  # same bucket as 5
-    assert ctl.free_alpha("suffix", 16) < 0.6  # low enough that it stopped being drafted
+    assert ctl.free_alpha("suffix", 16) < 0.65  # low enough that it stopped being drafted...
+    # ...but for one token now and then, as its evidence fades (the free-source probe).
+    assert sum(n > 0 for n in suffix[4:]) <= 5 and max(suffix[4:]) <= 1, suffix
     assert ctl.free_alpha("lookup", 16) == pytest.approx(1 - 2 / 18)  # untouched prior
     assert ctl.trim("lookup", 5, 8, "code")[0] >= 4
-    assert ctl.trim("suffix", 16, 8, "code")[0] == 0
     # Unused, a bucket's evidence fades and its prior comes back: the free-source probe.
     for _ in range(200):
         measured_plain(ctl)
