@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from specdash.engine.adaptive_draft import propose_adaptive
-from specdash.engine.drafters.base import Borrowed, Draft
+from specdash.engine.drafters.base import Borrowed, Draft, NoDrafter
 from specdash.engine.drafters.chain import ChainDrafter
 from specdash.engine.drafters.lookup import PromptLookupDrafter
 from specdash.engine.settings import SamplingParams
@@ -126,3 +126,24 @@ def test_the_session_lent_draft_model_prices_its_catch_up(smol_path):
     assert behind[0] == 0.0 and all(b > 0 for b in behind[3:]), behind
     assert behind == sorted(behind) and behind[8] > 2 * behind[3], behind
     assert ctl.seen[9] < behind[3]  # in step again after drafting: nothing to catch up on
+
+
+def test_catch_up_is_part_of_every_drafter_and_a_chain_owes_what_its_model_owes():
+    class Behind(CostlySource):
+        def catch_up_ms(self, tokens):
+            return 2.0 * len(tokens)
+
+    lookup = PromptLookupDrafter(1, 4)
+    assert lookup.catch_up_ms(COPY) == 0.0 and NoDrafter().catch_up_ms(COPY) == 0.0
+    chain = ChainDrafter([lookup, Behind()])
+    assert chain.catch_up_ms(COPY) == Borrowed(chain).catch_up_ms(COPY) == 2.0 * len(COPY)
+    # Inside a lent chain the adaptive step asks the model itself, and prices its catch-up.
+    seen = []
+
+    class Recording(ScriptedController):
+        def choose(self, content, catch_up_ms=0.0):
+            seen.append(catch_up_ms)
+            return 0, "plain"
+
+    propose_adaptive(Borrowed(chain), COPY[:5], Recording(trim_to=0, k=0), "", 8, SP, RNG)
+    assert seen == [10.0]
