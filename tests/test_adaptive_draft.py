@@ -94,9 +94,9 @@ def test_the_session_lent_draft_model_prices_its_catch_up(smol_path):
     """Session lends every draft model wrapped in Borrowed, and the catch-up price has to
     get through that wrapper: adaptive K looked it up with getattr on the source, found
     nothing on Borrowed, and priced every catch-up at 0 ms. The drafter here is built by
-    the session from settings, and the controller is the real one, told to stay at K=0
-    for a while and then draft: what choose() is told must grow with the steps the draft
-    model sat out, and be ~0 right after it drafted."""
+    the session from settings, and the controller is the real one, scripted: K=0 for
+    three steps, a draft (its catch-up is measured), K=0 again. What choose() is told must
+    then grow with the steps the draft model sat out, and be 0 right after it drafted."""
     from specdash.engine.controller import CostModelController
     from specdash.engine.settings import EngineSettings
     from specdash.events import StepEvent
@@ -109,11 +109,11 @@ def test_the_session_lent_draft_model_prices_its_catch_up(smol_path):
 
         def choose(self, content, catch_up_ms=0.0):
             self.seen.append(catch_up_ms)
-            return (2, "scripted draft") if len(self.seen) in (9, 10) else (0, "scripted plain")
+            return (2, "scripted draft") if len(self.seen) in (4, 14) else (0, "scripted plain")
 
     ctl = Scripted()
     settings = EngineSettings(target=str(smol_path), draft=str(smol_path), adaptive=True, k=2,
-                              threads=2, ctx=512, max_tokens=14)
+                              threads=2, ctx=512, max_tokens=24)
     session = Session(settings, controller=ctl)
     try:
         assert isinstance(session.engine.drafter, Borrowed)  # as every session lends it
@@ -121,11 +121,12 @@ def test_the_session_lent_draft_model_prices_its_catch_up(smol_path):
         steps = [e for e in session.run(prompt) if isinstance(e, StepEvent)]
     finally:
         session.close()
-    assert [s.k for s in steps[:10]] == [0] * 8 + [2, 2]
-    behind = ctl.seen[:9]  # steps 1..9: the model sat out 0..8 steps
-    assert behind[0] == 0.0 and all(b > 0 for b in behind[3:]), behind
-    assert behind == sorted(behind) and behind[8] > 2 * behind[3], behind
-    assert ctl.seen[9] < behind[3]  # in step again after drafting: nothing to catch up on
+    assert [s.k for s in steps[:14]] == [0, 0, 0, 2] + [0] * 9 + [2]
+    assert ctl.seen[:4] == [0.0] * 4  # no catch-up measured yet: nothing to price it by
+    assert ctl.seen[4] == 0.0  # in step right after drafting: nothing to catch up on
+    behind = ctl.seen[6:14]  # then 1..8 steps sat out beyond the usual rhythm
+    assert all(b > 0 for b in behind) and behind == sorted(behind), ctl.seen
+    assert behind[-1] > 3 * behind[0], ctl.seen
 
 
 def test_catch_up_is_part_of_every_drafter_and_a_chain_owes_what_its_model_owes():

@@ -78,8 +78,8 @@ class DraftModelDrafter:
     def catch_up_ms(self, tokens: Sequence[int]) -> float:
         """What the next propose() would spend catching up on the tokens committed while
         this model sat out (beyond the usual two per step), at its measured cost per
-        catch-up token (first estimated from the prompt's prefill, then measured on real
-        catch-ups); 0 until either was measured. Adaptive K prices a draft with
+        catch-up token; 0 until one catch-up was measured (the first probe, unbudgeted,
+        measures it). Adaptive K prices a draft with
         it: in a chain that drafts from lookup most steps, each return to the model pays it."""
         behind = len(tokens) - self._common_prefix(tokens) - 2
         return behind * self._catch_up_ms if behind > 0 else 0.0
@@ -112,14 +112,11 @@ class DraftModelDrafter:
 
     def prefill(self, tokens: Sequence[int]) -> None:
         # All but the last token: the first propose() decodes that one for its logits.
-        t0 = time.perf_counter()
+        # Not a measure of catch-up cost: the first prefill of a process also faults the
+        # weights in (several times slower per token), and a prompt batch is bigger.
         self.llm.prefill(tokens[:-1])
         self._kv[:] = tokens[:-1]
         self._committed = len(self._kv)
-        if self._catch_up_ms == 0 and len(self._kv) >= 16:
-            # A prompt is a catch-up batch too (a larger one, so a cheaper one per token):
-            # with it the first probe after a stretch at K=0 is priced before it is paid.
-            self._catch_up_ms = (time.perf_counter() - t0) * 1e3 / len(self._kv)
 
     def reset(self) -> None:
         self.llm.clear()
