@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from specdash.engine.adaptive_draft import propose_adaptive
-from specdash.engine.drafters.base import Borrowed, Draft
+from specdash.engine.drafters.base import Borrowed, Draft, NoDrafter
 from specdash.engine.drafters.chain import ChainDrafter
 from specdash.engine.drafters.lookup import PromptLookupDrafter
 from specdash.engine.settings import SamplingParams
@@ -31,6 +31,9 @@ class CostlySource:
 
     def parts(self):
         return [self]
+
+    def catch_up_ms(self, tokens):
+        return 0.0
 
     def prefill(self, tokens): ...
     def reset(self): ...
@@ -84,3 +87,64 @@ def test_k_cap_bounds_every_source_and_zero_cap_only_looks():
     assert [type(s) for s in Borrowed(lookup).parts()] == [Borrowed]
     chain = ChainDrafter([lookup, costly])
     assert Borrowed(chain).parts() == [lookup, costly]  # a lent chain is still a chain
+
+
+# --- through the session: the drafter as the engine really holds it ------------------------
+def test_the_session_lent_draft_model_prices_its_catch_up(smol_path):
+    """Session lends every draft model wrapped in Borrowed, and the catch-up price has to
+    get through that wrapper: adaptive K looked it up with getattr on the source, found
+    nothing on Borrowed, and priced every catch-up at 0 ms. The drafter here is built by
+    the session from settings, and the controller is the real one, scripted: K=0 for
+    three steps, a draft (its catch-up is measured), K=0 again. What choose() is told must
+    then grow with the steps the draft model sat out, and be 0 right after it drafted."""
+    from specdash.engine.controller import CostModelController
+    from specdash.engine.settings import EngineSettings
+    from specdash.events import StepEvent
+    from specdash.session import Session
+
+    class Scripted(CostModelController):
+        def __init__(self):
+            super().__init__(k_min=0, k_max=4)
+            self.seen: list[float] = []
+
+        def choose(self, content, catch_up_ms=0.0):
+            self.seen.append(catch_up_ms)
+            return (2, "scripted draft") if len(self.seen) in (4, 14) else (0, "scripted plain")
+
+    ctl = Scripted()
+    settings = EngineSettings(target=str(smol_path), draft=str(smol_path), adaptive=True, k=2,
+                              threads=2, ctx=512, max_tokens=24)
+    session = Session(settings, controller=ctl)
+    try:
+        assert isinstance(session.engine.drafter, Borrowed)  # as every session lends it
+        prompt = "List the planets of the solar system in order, one per line, with their moons."
+        steps = [e for e in session.run(prompt) if isinstance(e, StepEvent)]
+    finally:
+        session.close()
+    assert [s.k for s in steps[:14]] == [0, 0, 0, 2] + [0] * 9 + [2]
+    assert ctl.seen[:4] == [0.0] * 4  # no catch-up measured yet: nothing to price it by
+    assert ctl.seen[4] == 0.0  # in step right after drafting: nothing to catch up on
+    behind = ctl.seen[6:14]  # then 1..8 steps sat out beyond the usual rhythm
+    assert all(b > 0 for b in behind) and behind == sorted(behind), ctl.seen
+    assert behind[-1] > 3 * behind[0], ctl.seen
+
+
+def test_catch_up_is_part_of_every_drafter_and_a_chain_owes_what_its_model_owes():
+    class Behind(CostlySource):
+        def catch_up_ms(self, tokens):
+            return 2.0 * len(tokens)
+
+    lookup = PromptLookupDrafter(1, 4)
+    assert lookup.catch_up_ms(COPY) == 0.0 and NoDrafter().catch_up_ms(COPY) == 0.0
+    chain = ChainDrafter([lookup, Behind()])
+    assert chain.catch_up_ms(COPY) == Borrowed(chain).catch_up_ms(COPY) == 2.0 * len(COPY)
+    # Inside a lent chain the adaptive step asks the model itself, and prices its catch-up.
+    seen = []
+
+    class Recording(ScriptedController):
+        def choose(self, content, catch_up_ms=0.0):
+            seen.append(catch_up_ms)
+            return 0, "plain"
+
+    propose_adaptive(Borrowed(chain), COPY[:5], Recording(trim_to=0, k=0), "", 8, SP, RNG)
+    assert seen == [10.0]

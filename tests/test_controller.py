@@ -114,17 +114,43 @@ def test_a_draft_model_catch_up_is_priced_before_it_is_paid():
     assert k == 0 and "catch-up 87 ms" in reason
 
 
+def probes_of(traj):
+    return [i for i in range(3, len(traj)) if traj[i] and not traj[i - 1]]
+
+
 def test_falls_to_zero_when_drafts_are_rejected_then_probes_with_backoff():
-    ctl = CostModelController(k_min=0, k_max=16, probe_k=4, probe_steps=2, probe_every=16)
+    # A generous budget: the probe interval alone spaces the probes.
+    ctl = CostModelController(k_min=0, k_max=16, probe_k=4, probe_steps=2, probe_every=16, probe_budget=1.0)
     traj = run(ctl, 400, NONE, FREE_DRAFT_MS, cpu_verify_ms)
     assert traj[:2] == [0, 4]
     assert traj[2] == 0  # one measured step of rejected drafts is enough
-    probes = [i for i in range(3, len(traj)) if traj[i] and not traj[i - 1]]
+    probes = probes_of(traj)
     assert all(traj[i] == 4 and traj[i + 1] == 4 and traj[i + 2] == 0 for i in probes[:-1])
     gaps = np.diff(probes)
     assert len(probes) >= 4 and gaps[0] >= 16 and all(np.diff(gaps) > 0), probes
     assert sum(k == 0 for k in traj) > 0.95 * len(traj)
     assert "plain decoding wins" in ctl.choose("code")[1] or "probe" in ctl.choose("code")[1]
+
+
+def test_probes_cost_no_more_than_their_budget():
+    """With the default budget, what probing loses against plain decoding stays within
+    `probe_budget` of the time at K=0, after one unbudgeted first look (the warm-up step
+    alone may have been unlucky). Unbudgeted, probes every 16-64 steps on this CPU curve
+    (a 5-token batch costs 2.9 plain steps) lost several percent: adaptive K then loses
+    to plain decoding on text the draft cannot predict."""
+    ctl = CostModelController(k_min=0, k_max=16, probe_k=4, probe_steps=2, probe_every=16)
+    traj = run(ctl, 800, NONE, FREE_DRAFT_MS, cpu_verify_ms)
+    probes = probes_of(traj)
+    assert probes[0] <= 16 + 3 and len(probes) >= 3, probes  # the first look, then budgeted ones
+    after = traj[probes[0] + 2:]
+    spent = sum(cpu_verify_ms(k + 1) + FREE_DRAFT_MS * k + 0.2 for k in after)
+    plain = len(after) * (cpu_verify_ms(1) + 0.2)  # every step commits one token (NONE)
+    assert spent / plain - 1.0 <= ctl.probe_budget + 0.005, (spent / plain, probes)
+    # A draft model's catch-up is part of a probe's price: a long catch-up defers it.
+    ctl = CostModelController(k_min=0, k_max=16, probe_every=16)
+    run(ctl, 60, NONE, FREE_DRAFT_MS, cpu_verify_ms)
+    held = [ctl.choose("code", catch_up_ms=50 * SINGLE_MS)[0] for _ in range(300)]
+    assert not any(held)
 
 
 # What the engine's up-front measurement gave for the 1.5B target on this machine
@@ -150,9 +176,15 @@ def test_stops_probing_when_costs_alone_rule_the_draft_model_out_until_the_machi
     traj = run(ctl, 400, NONE, DRAFT_MODEL_MS, measured_verify_ms)
     assert [i for i, k in enumerate(traj) if k] == [0], traj[:20]  # the warm-up step, then never
     assert "plain wins even at 95% acceptance" in ctl.choose("code")[1]
-    # The target's step cost moves by more than a quarter (less load, a new expert
-    # count...): the verdict is reopened and a probe follows.
-    faster = run(ctl, 60, ALL, DRAFT_MODEL_MS, lambda n: 0.5 * measured_verify_ms(n))
+    # Load on the machine slows the draft model and the target alike: the verdict holds
+    # (it reopened on any 25% move of the target's step cost, and noisy steps made
+    # adaptive K catch up the draft model again and again).
+    for scale in (0.5, 2.0, 1.3):
+        slower = run(ctl, 60, ALL, scale * DRAFT_MODEL_MS, lambda n: scale * measured_verify_ms(n))
+        assert not any(slower), (scale, slower)
+    # A new cost curve (nearly flat: a GPU, or fewer experts) reopens it, and a probe follows.
+    ctl.seed_costs({n: flat_verify_ms(n) for n in MEASURED_RATIO})
+    faster = run(ctl, 60, ALL, DRAFT_MODEL_MS * 20 / 29, flat_verify_ms)
     assert any(faster), faster
     # Cheap drafts on the same verify costs never get that verdict.
     ctl = CostModelController(k_min=0, k_max=16, probe_every=16)
@@ -171,8 +203,8 @@ def test_recovers_after_a_probe_when_acceptance_comes_back():
     assert set(before[-10:]) <= {0, 4} and before[-1] == 0
     after = run(ctl, 150, ALL, FREE_DRAFT_MS, cpu_verify_ms)
     first_probe = next(i for i, k in enumerate(after) if k)
-    # Two probes failed in the first 60 steps, so the interval has doubled twice: 64.
-    assert after[first_probe] == 4 and first_probe <= 64 + ctl.probe_steps
+    # The first look failed in the first 60 steps; the next probe waits for its budget.
+    assert after[first_probe] == 4 and first_probe <= 160
     tail = after[first_probe:]
     assert all(k > 0 for k in tail), after  # once back, speculation stays on
     assert after[-1] >= 4
@@ -311,14 +343,16 @@ def test_trim_needs_a_plain_step_first_and_then_trusts_long_matches_more():
 def test_trim_learns_per_match_length_bucket_and_source():
     ctl = CostModelController()
     measured_plain(ctl)
+    suffix = []
     for _ in range(40):  # 4-7 token matches of lookup are always right...
         free_step(ctl, 5, 8, ALL)
-        free_step(ctl, 16, 8, NONE, source="suffix")  # ...long suffix matches here never
+        suffix.append(free_step(ctl, 16, 8, NONE, source="suffix")[0])  # ...long suffix matches here never
     assert ctl.free_alpha("lookup", 6) > 0.9  # same bucket as 5
-    assert ctl.free_alpha("suffix", 16) < 0.6  # low enough that it stopped being drafted
+    assert ctl.free_alpha("suffix", 16) < 0.65  # low enough that it stopped being drafted...
+    # ...but for one token now and then, as its evidence fades (the free-source probe).
+    assert sum(n > 0 for n in suffix[4:]) <= 5 and max(suffix[4:]) <= 1, suffix
     assert ctl.free_alpha("lookup", 16) == pytest.approx(1 - 2 / 18)  # untouched prior
     assert ctl.trim("lookup", 5, 8, "code")[0] >= 4
-    assert ctl.trim("suffix", 16, 8, "code")[0] == 0
     # Unused, a bucket's evidence fades and its prior comes back: the free-source probe.
     for _ in range(200):
         measured_plain(ctl)

@@ -241,6 +241,9 @@ class Recorder:
         self.calls.append((len(tokens), k))
         return Draft(self.tokens[:k], self.probs if k else None, self.name)
 
+    def catch_up_ms(self, tokens):
+        return 0.0
+
     def prefill(self, tokens):
         self.prefilled.append(len(tokens))
 

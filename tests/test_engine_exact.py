@@ -172,6 +172,9 @@ class _WrongDrafter:
     def propose(self, tokens, k, sampling, rng):
         return Draft([(tokens[-1] * 7 + self.offset + i) % 5000 + 3000 for i in range(k)], None, self.name)
 
+    def catch_up_ms(self, tokens):
+        return 0.0
+
     def prefill(self, tokens):
         pass
 

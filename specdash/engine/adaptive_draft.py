@@ -42,8 +42,7 @@ def propose_adaptive(
         else:
             # Only a draft model falls behind while others draft; its catch-up is part
             # of what drafting from it now would cost.
-            catch_up = getattr(source, "catch_up_ms", None)
-            k, why = controller.choose(content, catch_up(tokens) if catch_up else 0.0)
+            k, why = controller.choose(content, source.catch_up_ms(tokens))
             # The controller knows nothing of the room left (context, token budget): the
             # step reports the K it could use, not the K the controller wished for.
             k = min(k, k_cap)

@@ -229,22 +229,37 @@ class CostModelController:
             extra batch, so long drafts pay only at high acceptance.
     K = 0 is legal. While at 0, every `probe_every` steps (doubling after each probe
     that does not switch speculation back on, up to `probe_max`, and back to the base
-    interval when the content label changes) K = `probe_k` is tried for `probe_steps`
-    steps so a change in the text is noticed. A new K must beat the current one by
-    `hysteresis` (relative) to replace it, so measurement noise does not flip K.
+    interval when the content label changes) K = `probe_k` may be tried for
+    `probe_steps` steps so a change in the text is noticed. A probe is paid for out of a
+    budget: each step at K=0 adds `probe_budget` of a plain step to it, and a probe is
+    taken only when the budget covers what it is predicted to lose against plain
+    decoding (its batches beyond the tokens they are expected to yield, plus the draft
+    model's catch-up on every token it sat out), or when the content label had no
+    more than `probe_steps` drafting steps (a first look: its acceptance is mostly
+    borrowed from other labels or from one warm-up step). So probing costs at most that fraction
+    of the time at K=0: on a CPU, where a 5-token batch costs ~3 plain steps and a 0.5B
+    draft model catches up at ~1/10 of a target step per token, unbudgeted probes every
+    16-64 steps cost adaptive K a tenth or more of plain speed. A new K must beat the
+    current one by `hysteresis` (relative) to replace it, so measurement noise does not
+    flip K.
 
     Costs alone can rule a draft model out: when even 95% acceptance (or the best
     measured, if higher) would not beat plain decoding at any K, with the cheapest draft
-    cost measured after at least `verdict_drafts` drafting steps, probing stops: a probe
-    after a long stretch at K=0 makes the draft model catch up on every token it missed,
-    and no text can change the verdict. Only a change of the target's step cost (another load on the machine,
-    a new expert count) reopens the question.
+    cost measured after at least `verdict_drafts` drafting steps, probing stops. The
+    draft cost is kept relative to the target's single step when it was measured (both
+    are decodes on the same cores: load on the machine slows them alike), and the
+    verdict is recomputed each step on the current cost curve, so a noisy step cost does
+    not reopen it, while a new curve (seed_costs, a new expert count) does.
 
     Model-free drafts (lookup, suffix) cost nothing to propose, so the engine asks for
     the longest one and trim() decides how much of it to verify: acceptance is kept per
     source and per match-length bucket (a copy after a 20-token match is far more likely
     right than after a 1-token one), with a prior that grows with the match length, and
-    the length chosen maximises E(n) / s(n + 1), n = 0 included. Bucket counts decay
+    the length chosen maximises E(n) / s(n + 1), n = 0 included; a copy is verified only
+    when predicted to beat plain decoding by `margin` (a bet predicted to gain a few
+    percent rests on a prior for its bucket and a noisy cost curve, and when lost costs
+    a whole batch: copies predicted at 1.05-1.10x made adaptive chain lose to plain on a
+    JSON extraction on this box). Bucket counts decay
     every step, so a bucket that stopped being drafted drifts back to its prior and is
     tried again: the model-free counterpart of probing.
 
@@ -269,8 +284,10 @@ class CostModelController:
         probe_every: int = 16,
         probe_max: int = 256,
         hysteresis: float = 0.03,
+        margin: float = 0.08,
         verdict_drafts: int = 1,
         verdict_margin: float = 1.0,
+        probe_budget: float = 0.015,
     ):
         _check_range(k_min, k_max)
         self.k_min = k_min
@@ -286,25 +303,33 @@ class CostModelController:
         self.probe_every = probe_every
         self.probe_max = probe_max
         self.hysteresis = hysteresis
+        self.margin = margin
         self.verdict_drafts = verdict_drafts
         self.verdict_margin = verdict_margin
+        self.probe_budget = probe_budget
         self._step_cost: dict[int, _Ema] = {}
         # (save ms, restore ms, replay ms per n tokens) of a checkpoint target, else None
         self._rollback: tuple[float, float, dict[int, float]] | None = None
+        # s(1) when each batch size was last measured: at K = 0 only s(1) is measured, and
+        # a load change moves every size alike, so the others are scaled along with it
+        # (unscaled, a slower machine made stale big batches look cheap and drafting pay).
+        self._s1_at: dict[int, float] = {}
+        self._cost_cache: dict[int, float] = {}  # step_cost(n) until the next measurement
         self.reset()
 
     def reset(self, target_changed: bool = False) -> None:
         if target_changed:
             self._step_cost.clear()
             self._rollback = None
+            self._s1_at.clear()
+            self._cost_cache.clear()
         self._draft_ms = _Ema()  # per drafted token, model drafts only
-        self._draft_ms_min = float("inf")
+        self._draft_rel_min = float("inf")  # cheapest draft ms per token / s(1) at the time
         self._acc: dict[str, list[float]] = {}  # label -> [accepted, trials], decayed
         self._acc_all = [0.0, 0.0]
+        self._drafted_steps: dict[str, int] = {}  # content label -> drafting steps measured
         self._free_acc: dict[tuple[str, int], list[float]] = {}  # (source, bucket) -> same
-        self._hopeless_at: float | None = None  # s(1) when costs ruled the draft model out
         self._draft_prior: float | None = None  # draft ms per token / target ms per step, predicted
-        self._verdict_after = self.verdict_drafts  # drafting steps needed before a verdict
         self.new_prompt()
 
     def new_prompt(self) -> None:
@@ -312,6 +337,7 @@ class CostModelController:
         self._zero_steps = 0
         self._probe_left = 0
         self._probe_interval = self.probe_every
+        self._probe_credit = 0.0  # ms a probe may lose against plain decoding (probe_budget)
         self._content = ""
 
     def price_draft(self, relative_cost: float | None) -> None:
@@ -346,15 +372,30 @@ class CostModelController:
     def seed_costs(self, ms: dict[int, float]) -> None:
         """Step costs measured up front (ms per target batch of n tokens): decisions are
         right from the first step instead of extrapolating from one batch size."""
+        self._cost_cache.clear()
         for n, v in ms.items():
             self._step_cost.setdefault(n, _Ema()).add(v, 1.0)
+        if 1 in ms:
+            self._s1_at.update(dict.fromkeys(ms, ms[1]))
 
     def step_cost(self, n: int) -> float | None:
         """Estimated verify + bookkeeping ms for a target batch of n tokens."""
+        # One choose() asks for ~40 sizes; the curve only changes when a step is observed.
+        cost = self._cost_cache.get(n)
+        if cost is None:
+            cost = self._estimate_cost(n)
+            if cost is not None:
+                self._cost_cache[n] = cost
+        return cost
+
+    def _estimate_cost(self, n: int) -> float | None:
         sizes = sorted(m for m, e in self._step_cost.items() if e.count)
         if not sizes:
             return None
-        cost = {m: self._step_cost[m].value for m in sizes}
+        e1 = self._step_cost.get(1)
+        s1 = e1.value if e1 is not None and e1.count else 0.0
+        cost = {m: self._step_cost[m].value * (s1 / self._s1_at[m] if m > 1 and s1 and self._s1_at.get(m) else 1.0)
+                for m in sizes}
         if n in cost:
             return cost[n]
         if sizes[0] < n < sizes[-1]:
@@ -429,13 +470,30 @@ class CostModelController:
 
         self._k = 0
         self._zero_steps += 1
+        self._probe_credit += self.probe_budget * self._known_cost(1)
         if self._zero_steps >= self._probe_interval:
-            self._zero_steps = 0
-            self._probe_interval = min(2 * self._probe_interval, self.probe_max)
-            self._probe_left = self.probe_steps - 1
-            return self.probe_k, f"probe K={self.probe_k}: is drafting worth it again?"
+            loss = self.probe_loss(content, catch_up_ms)
+            # A kind of text barely drafted on (the warm-up, say, one step that may have
+            # been unlucky) gets one probe unbudgeted: its acceptance is mostly borrowed.
+            first_look = self._drafted_steps.get(content, 0) <= self.probe_steps
+            if loss <= self._probe_credit or first_look:
+                self._probe_credit = max(self._probe_credit - loss, 0.0)
+                self._zero_steps = 0
+                self._probe_interval = min(2 * self._probe_interval, self.probe_max)
+                self._probe_left = self.probe_steps - 1
+                return self.probe_k, f"probe K={self.probe_k}: is drafting worth it again?"
         catch_up = f" (catch-up {catch_up_ms:.0f} ms)" if catch_up_ms >= 1 else ""
         return 0, f"α={a:.2f} {label}: plain decoding wins (K=0){catch_up}"
+
+    def probe_loss(self, content: str, catch_up_ms: float = 0.0) -> float:
+        """What a probe is predicted to lose against plain decoding, in ms: its
+        `probe_steps` steps at K=`probe_k` cost more than the plain steps that would have
+        produced their expected tokens, and the first pays the draft model's catch-up."""
+        s1 = self._known_cost(1)
+        k = self.probe_k
+        step = self._draft_ms.value * k + self._known_cost(k + 1)
+        lost = step - expected_tokens(self.alpha(content), k) * s1
+        return catch_up_ms + self.probe_steps * max(lost, 0.0)
 
     def _hold(self, k: int) -> int:
         self._k = k
@@ -444,17 +502,9 @@ class CostModelController:
     def _cannot_pay(self) -> bool:
         """Whether the measured costs rule drafting out whatever the acceptance."""
         s1 = self.step_cost(1)
-        if self._hopeless_at is not None:
-            if s1 is not None and abs(s1 / self._hopeless_at - 1.0) < 0.25:
-                return True
-            # The machine changed: judge again on fresh drafting steps (the costs of
-            # bigger batches were measured before the change).
-            self._hopeless_at = None
-            self._probe_interval = self.probe_every
-            self._verdict_after = self._draft_ms.count + self.verdict_drafts
         if s1 is None or self.k_min > 0:
             return False
-        if self._draft_ms.count < self._verdict_after:
+        if self._draft_ms.count < self.verdict_drafts:
             # No drafting step measured yet: judge the probe itself before paying for it,
             # on the draft cost the model's size predicts (draft_price). A probe costs a
             # whole batch plus the draft model's catch-up on every token it sat out.
@@ -462,16 +512,14 @@ class CostModelController:
                 return False
             d = self._draft_prior * s1
         else:
-            d = self._draft_ms_min
+            d = self._draft_rel_min * s1
         # The best acceptance seen for any kind of text, and no less than 0.95: better
         # than draft models manage on real text, so "cannot pay" means cannot.
         a = max([0.95] + [self.alpha(label) for label in self._acc])
         best = max(expected_tokens(a, k) / (d * k + self._known_cost(k + 1) + self.rollback_cost(a, k))
                    for k in range(1, self.k_max + 1))
-        if best * s1 < self.verdict_margin:  # judged at 95%+ acceptance: a noisy step cannot tip it
-            self._hopeless_at = s1
-            return True
-        return False
+        # Judged at 95%+ acceptance, on the cheapest draft seen: a noisy step cannot tip it.
+        return best * s1 < self.verdict_margin
 
     # --- model-free drafts ---------------------------------------------------------------
     @staticmethod
@@ -499,7 +547,7 @@ class CostModelController:
         rate = {n: expected_tokens(a, n) / (self._known_cost(n + 1) + self.rollback_cost(a, n))
                 for n in range(lo, hi + 1)}
         best = max(rate, key=rate.__getitem__)
-        if best > 0 and lo == 0 and rate[best] < rate[0] * (1.0 + self.hysteresis):
+        if best > 0 and lo == 0 and rate[best] < rate[0] * (1.0 + self.margin):
             best = 0
         where = f"{source} match {evidence}: α={a:.2f}"
         if best == 0:
@@ -518,7 +566,15 @@ class CostModelController:
         evidence: int = 0,
         source: str = "",
     ) -> None:
-        self._step_cost.setdefault(drafted + 1, _Ema()).add(verify_ms + other_ms, self.beta)
+        s1 = self.step_cost(1)  # before this step's sample: what its draft is measured against
+        n = drafted + 1
+        self._cost_cache.clear()
+        if n > 1 and s1 and n in self._step_cost and self._s1_at.get(n):
+            # Bring the old estimate to today's load before averaging the new sample in.
+            self._step_cost[n].value *= s1 / self._s1_at[n]
+        self._step_cost.setdefault(n, _Ema()).add(verify_ms + other_ms, self.beta)
+        if s1:
+            self._s1_at[n] = s1
         for stats in self._free_acc.values():
             stats[0] *= self.decay
             stats[1] *= self.decay
@@ -540,8 +596,10 @@ class CostModelController:
                 stats[0] += accepted
                 stats[1] += accepted + (1 if accepted < drafted else 0)
         if drafted > 0:
+            self._drafted_steps[content] = self._drafted_steps.get(content, 0) + 1
             self._draft_ms.add(draft_ms / drafted, self.beta)
-            self._draft_ms_min = min(self._draft_ms_min, draft_ms / drafted)
+            if s1:
+                self._draft_rel_min = min(self._draft_rel_min, draft_ms / drafted / s1)
 
 
 def _interpolate(points: dict[int, float], n: int) -> float:

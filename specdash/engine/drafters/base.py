@@ -67,6 +67,13 @@ class Drafter(Protocol):
         the target rejected since the last call. k = 0 means "look, do not draft"."""
         ...
 
+    def catch_up_ms(self, tokens: Sequence[int]) -> float:
+        """Predicted ms the next propose(tokens, k > 0) spends before it drafts anything:
+        a draft model's catch-up on tokens committed while it sat out. Adaptive K adds it
+        to the price of drafting now (controller.choose). 0 for stateless sources (lookup,
+        suffix, none), whose k = 0 calls keep them in step at no cost."""
+        ...
+
     def prefill(self, tokens: Sequence[int]) -> None:
         """Called once per prompt, inside the engine's prefill phase: index the prompt or
         fill a draft model's KV cache, so the first step is not charged for it."""
@@ -100,6 +107,9 @@ class NoDrafter:
                 rng: np.random.Generator | None) -> Draft:
         return Draft.empty()
 
+    def catch_up_ms(self, tokens: Sequence[int]) -> float:
+        return 0.0
+
     def prefill(self, tokens: Sequence[int]) -> None:
         pass
 
@@ -132,6 +142,9 @@ class Borrowed:
     def propose(self, tokens: Sequence[int], k: int, sampling: SamplingParams,
                 rng: np.random.Generator | None) -> Draft:
         return self.inner.propose(tokens, k, sampling, rng)
+
+    def catch_up_ms(self, tokens: Sequence[int]) -> float:
+        return self.inner.catch_up_ms(tokens)
 
     def prefill(self, tokens: Sequence[int]) -> None:
         self.inner.prefill(tokens)

@@ -46,6 +46,12 @@ class ChainDrafter:
                 draft = source.propose(tokens, k, sampling, rng)
         return draft if draft.tokens else Draft.empty()
 
+    def catch_up_ms(self, tokens: Sequence[int]) -> float:
+        """The most the next propose() can spend before a draft: every source's catch-up
+        (only a draft model owes any, and pays it only when the sources before it find
+        nothing to copy)."""
+        return sum(source.catch_up_ms(tokens) for source in self.sources)
+
     def prefill(self, tokens: Sequence[int]) -> None:
         for source in self.sources:
             source.prefill(tokens)

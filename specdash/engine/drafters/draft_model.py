@@ -104,7 +104,8 @@ class DraftModelDrafter:
     def catch_up_ms(self, tokens: Sequence[int]) -> float:
         """What the next propose() would spend catching up on the tokens committed while
         this model sat out (beyond the usual two per step), at its measured cost per
-        catch-up token; 0 until one catch-up was measured. Adaptive K prices a draft with
+        catch-up token; 0 until one catch-up was measured (the first probe, unbudgeted,
+        measures it). Adaptive K prices a draft with
         it: in a chain that drafts from lookup most steps, each return to the model pays it."""
         behind = len(tokens) - self._common_prefix(tokens) - 2
         return behind * self._catch_up_ms if behind > 0 else 0.0
@@ -149,6 +150,8 @@ class DraftModelDrafter:
 
     def prefill(self, tokens: Sequence[int]) -> None:
         # All but the last token: the first propose() decodes that one for its logits.
+        # Not a measure of catch-up cost: the first prefill of a process also faults the
+        # weights in (several times slower per token), and a prompt batch is bigger.
         self.llm.prefill(tokens[:-1])
         self._kv[:] = tokens[:-1]
         self._committed = len(self._kv)

@@ -165,6 +165,9 @@ class PromptLookupDrafter:
             return n
         return _match_length(toks, start + n, end, n)
 
+    def catch_up_ms(self, tokens: Sequence[int]) -> float:
+        return 0.0  # k = 0 calls index every step as it comes: nothing is ever owed
+
     def prefill(self, tokens: Sequence[int]) -> None:
         self.propose(tokens, 0, SamplingParams(), None)  # k = 0: index, don't draft
 

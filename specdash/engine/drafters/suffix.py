@@ -219,6 +219,9 @@ class SuffixDrafter:
             occurrences = [(t, p + 1) for t, p in occurrences if p < len(t) and t[p] == tok]
         return Draft(draft, None, self.name, best) if draft else Draft.empty()
 
+    def catch_up_ms(self, tokens: Sequence[int]) -> float:
+        return 0.0  # k = 0 calls index every step as it comes: nothing is ever owed
+
     def prefill(self, tokens: Sequence[int]) -> None:
         self.propose(tokens, 0, SamplingParams(), None)  # k = 0: index, don't draft
 
