@@ -227,7 +227,7 @@ class ServerEvent:
     """One remote server as the fleet table shows it (vLLM-style field names)."""
 
     url: str
-    state: str  # up | down | starting
+    state: str  # up | down | starting | bad (it answers, with numbers that cannot be counts)
     backend: str = ""  # llamacpp | vllm | specdash
     model: str = ""
     requests_running: int | None = None
@@ -251,6 +251,7 @@ class ServerEvent:
     resets: int = 0  # counter resets seen (server restarts)
     last_seen: float | None = None  # wall clock (time.time()) of the last good poll
     error: str = ""
+    note: str = ""  # what the reading left out, and why (per-position series beyond the cap)
     t: float = 0.0
     event: str = "server"
 

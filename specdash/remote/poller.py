@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from specdash.errors import describe
 from specdash.events import ServerEvent, now
 from specdash.remote.backends import ITL, TTFT, LlamaCppSnapshot, SlotInfo, Snapshot, parse_slots, snapshot
 from specdash.remote.client import Client, RemoteError, model_query
@@ -93,6 +94,7 @@ class ServerWatch:
         self.router: RouterInfo | None = None
         self.slots_supported = True
         self.last: Snapshot | None = None
+        self.notes: list[str] = []  # what the last good reading left out (snapshot notes)
         self._clock = clock
         self._wall = wall
         self._need_props = True
@@ -157,6 +159,10 @@ class ServerWatch:
             if backend is None:
                 raise RemoteError("unknown_backend", f"{self.url}/metrics: Prometheus metrics, but none "
                                   f"named llamacpp:, vllm: or specdash:; is this an inference server?")
+            bad = scrape.bad_reading()
+            if bad is not None:
+                raise RemoteError("bad_reading", f"{self.url}/metrics: bad reading {bad}: a count must be a "
+                                  f"finite number from 0 to 2^53")
             slots: list[SlotInfo] | None = None
             # /slots matters while a slot is busy (its in-flight n_decoded), and on
             # (re)connecting (what the slots speculate with); an idle server costs one
@@ -174,6 +180,12 @@ class ServerWatch:
             snap = snapshot(scrape, backend, slots=slots, props=self.props)
         except RemoteError as exc:
             return self._failed(exc, was_up)
+        except (ValueError, TypeError, OverflowError, KeyError, AttributeError, IndexError) as exc:
+            # The server's answer broke a reader here: a bug of ours or nonsense of its
+            # own; either way this server shows it and the polls go on.
+            log.debug("reading %s failed", self.url, exc_info=True)
+            return self._failed(RemoteError("bad_reading", f"{self.url}: could not read its answer "
+                                            f"({describe(exc)})"), was_up)
         t, wall = self._clock(), self._wall()
         self.backend = snap.backend
         self.polls += 1
@@ -182,6 +194,7 @@ class ServerWatch:
         if reset:
             self._need_props = True  # a restarted server may have another model
         self.last = snap
+        self.notes = list(snap.notes)
         self.state, self.error, self.error_kind = "up", "", ""
         self.last_seen = wall
         if not was_up or reset or self.up_since is None:
@@ -224,9 +237,13 @@ class ServerWatch:
     def _failed(self, exc: RemoteError, was_up: bool) -> PollResult:
         if exc.kind != "switching":  # a switch we asked for is not the server's error
             self.errors += 1
-        self.error = str(exc)
+        self.error = str(exc) or describe(exc)
         self.error_kind = exc.kind
-        self.state = "starting" if exc.kind in ("loading", "switching") else "down"
+        if exc.kind == "bad_reading":
+            # It answered: "bad", not "down", and seen now.
+            self.state, self.last_seen = "bad", self._wall()
+        else:
+            self.state = "starting" if exc.kind in ("loading", "switching") else "down"
         self._need_props = True  # whatever comes back may be another process
         self.up_since = None
         return PollResult(False, self._clock(), self._wall(), error=exc, state_changed=was_up)
@@ -250,7 +267,8 @@ class ServerWatch:
             ev.requests_running = snap.requests_running
             ev.requests_waiting = snap.requests_waiting
             ev.kv_cache_usage = snap.kv_cache_usage
-        ev.num_drafts = int(c.num_drafts)
+        ev.note = "; ".join(self.notes)
+        ev.num_drafts = int(c.num_drafts)  # every reading is finite, 0..2^53 (ServerWatch.poll)
         ev.num_draft_tokens = int(c.num_draft_tokens)
         ev.num_accepted_tokens = int(c.num_accepted_tokens)
         ev.num_accepted_tokens_per_pos = [int(v) for v in c.per_pos]

@@ -20,6 +20,7 @@ Credentials given as headers or URL userinfo never appear in any event (client.R
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdash import events as E
+from specdash.errors import describe
 from specdash.events import Event, now
 from specdash.remote.backends import LlamaCppSnapshot, Snapshot
 from specdash.remote.client import Client, RemoteError, parse_url
@@ -192,6 +194,7 @@ class RemoteSource:
         self._settings: E.SettingsEvent | None = None
         self._server: E.ServerEvent = E.ServerEvent(url=self.url, state="starting")
         self._status = ""
+        self._note = ""  # the reading's note last told (a notice each time it changes)
         self._prompts: queue.Queue[E.NewPrompt | None] = queue.Queue()
         self._driver: threading.Thread | None = None
         self._stream_cancel = threading.Event()
@@ -281,8 +284,12 @@ class RemoteSource:
     def _on_poll(self, r: PollResult) -> None:
         try:
             self._handle_poll(r)
-        except Exception:  # a bug here must not stop the polls; it is logged
+        except Exception as exc:  # a bug here must not stop the polls; it is logged
             log.exception("remote source %s: handling a poll failed", self.url)
+            # ...and shown: the row would otherwise say "starting" with no reason.
+            self._server = E.ServerEvent(url=self.url, state="bad", errors=self.watch.errors,
+                                         error=f"{self.url}: handling a poll failed ({describe(exc)})", t=r.t)
+            self._put(self._server)
 
     def _handle_poll(self, r: PollResult) -> None:
         w = self.watch
@@ -302,11 +309,15 @@ class RemoteSource:
                     num_draft_tokens=d.num_draft_tokens, num_accepted_tokens=d.num_accepted_tokens,
                     num_accepted_tokens_per_pos=list(d.per_pos), prompt_tokens=d.prompt_tokens,
                     k=r.snapshot.k, t=r.t))
+            note = "; ".join(w.notes)
+            if note and note != self._note:
+                self._notice("warning", f"{self.url}: {note}")
+            self._note = note
         else:
-            state = w.state  # down | starting
+            state = w.state  # down | starting | bad
             if self._status != state or r.state_changed:
                 self._status = state
-                self._put(E.StatusEvent(state if state == "down" else "loading", w.error, t=r.t))
+                self._put(E.StatusEvent("loading" if state == "starting" else "down", w.error, t=r.t))
         self._server = w.server_event(r.t)
         self._put(self._server)
 
@@ -357,7 +368,9 @@ class RemoteSource:
 
         def num(key: str) -> float | None:
             v = params.get(key)
-            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                return float(v)
+            return None  # absent, or Infinity/NaN (json reads them): not a setting
 
         n_predict = num("n_predict")
         seed = num("seed")
@@ -366,7 +379,7 @@ class RemoteSource:
         path = props.get("model_path")
         ev = E.SettingsEvent(
             source="remote", target=self._target(snap), drafter=self._drafter(snap), k=self._k(snap),
-            temperature=num("temperature"), top_k=int(top_k) if top_k is not None else None,
+            temperature=num("temperature"), top_k=int(top_k) if top_k is not None and 0 <= top_k < 2**31 else None,
             top_p=num("top_p"), seed=int(seed) if seed is not None and 0 <= seed < 2**32 - 1 else None,
             ctx=n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None,
             max_tokens=int(n_predict) if n_predict is not None and n_predict > 0 else None,
@@ -459,7 +472,7 @@ class RemoteSource:
                 if self.watch.router and self.watch.router.active else None
             scrape = parse(self.client.metrics_text(query))
             backend = scrape.backend()
-            if backend is None:
+            if backend is None or scrape.bad_reading() is not None:
                 return None
             c = take(scrape, backend).counters
             return {"drafts": c.num_drafts, "draft_tokens": c.num_draft_tokens,
