@@ -159,12 +159,16 @@ class _Drive:
         elapsed_ms = (t - self._last_t) * 1000.0 if self._last_t else 0.0
         self._last_t = t
         n = len(group["pieces"])
-        accepted = min(group["accepted"], n)
+        drafted = group["drafted"]
+        # A last verification read only from the final timings may lump steps together:
+        # the contract wants accepted <= drafted <= K, so K is at least what was drafted.
+        accepted_all = min(group["accepted"], drafted)
+        accepted = min(accepted_all, n)
         self.generated += n
         self.step += 1
         yield E.StepEvent(
-            step=self.step, k=self.k or group["drafted"], drafter=self.drafter if group["drafted"] else "none",
-            drafted=group["drafted"], accepted=group["accepted"], tokens=list(group["tokens"]),
+            step=self.step, k=max(self.k or 0, drafted), drafter=self.drafter if drafted else "none",
+            drafted=drafted, accepted=accepted_all, tokens=list(group["tokens"]),
             pieces=list(group["pieces"]), from_draft=[i < accepted for i in range(n)],
             draft_ms=0.0, verify_ms=elapsed_ms, other_ms=0.0, n_past=self.n_prompt + self.generated,
             n_generated=self.generated, t=t)
