@@ -178,6 +178,9 @@ class ServerWatch:
                 # Idle: the slots as last read, none in flight.
                 slots = [dataclasses.replace(s, is_processing=False, n_decoded=0) for s in self.last.slots]
             snap = snapshot(scrape, backend, slots=slots, props=self.props)
+            why = self.window.check(snap.counters, snap.start_marker)
+            if why is not None:
+                raise RemoteError("bad_reading", f"{self.url}/metrics: bad reading: {why}")
         except RemoteError as exc:
             return self._failed(exc, was_up)
         except (ValueError, TypeError, OverflowError, KeyError, AttributeError, IndexError) as exc:

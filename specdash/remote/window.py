@@ -70,6 +70,21 @@ def is_reset(before: Counters, now: Counters, marker_before: float | None = None
     return any(n < b for n, b in zip(now.per_pos, before.per_pos))
 
 
+def impossible(before: Counters | None, now: Counters, reset: bool) -> str | None:
+    """Counts no server can report, or None: more tokens accepted than drafted, in total
+    or (between two polls without a reset) in growth. Such a poll is a bad reading: the
+    window never takes it, so no rate above 100% is ever shown."""
+    if now.num_accepted_tokens > now.num_draft_tokens:
+        return (f"{now.num_accepted_tokens:.0f} draft tokens accepted but {now.num_draft_tokens:.0f} drafted")
+    if before is not None and not reset:
+        grew_acc = now.num_accepted_tokens - before.num_accepted_tokens
+        grew_drafted = now.num_draft_tokens - before.num_draft_tokens
+        if grew_acc > max(grew_drafted, 0.0):
+            return (f"accepted draft tokens rose by {grew_acc:.0f} while drafted ones rose by "
+                    f"{max(grew_drafted, 0.0):.0f}")
+    return None
+
+
 class CounterWindow:
     """Deltas of the last `seconds` of polls. `add` each poll's totals; read sums/rates."""
 
@@ -89,6 +104,11 @@ class CounterWindow:
         self._last_marker = None
         self._deltas.clear()
         self._total = None
+
+    def check(self, now: Counters, marker: float | None = None) -> str | None:
+        """Why this poll's totals cannot be true (see `impossible`), or None; adds nothing."""
+        reset = self._last is not None and is_reset(self._last, now, self._last_marker, marker)
+        return impossible(self._last, now, reset)
 
     def add(self, t: float, now: Counters, marker: float | None = None) -> Delta | None:
         """This poll's totals at time `t` (seconds, monotonic). Returns the delta since the
