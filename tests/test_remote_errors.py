@@ -255,3 +255,21 @@ def test_slots_with_nonsense_numbers() -> None:
     slots = parse_slots(data)
     assert [(s.id, s.n_decoded, s.id_task, s.n_ctx) for s in slots] == [(0, 0, None, None), (1, 0, None, None),
                                                                         (2, 7, None, None)]
+
+
+def test_the_dropped_positions_note_is_told_once_in_the_dashboard() -> None:
+    from specdash.events import NoticeEvent
+    from specdash.sources.remote import RemoteSource
+
+    with ReplayServer(Canned({"/metrics": text(exposition("20", per_pos=100))})) as srv:
+        source = RemoteSource(srv.url)
+        emitted: list[object] = []
+        source._emit = emitted.append  # as start() would, without the poller thread
+        try:
+            rows = [source.poll_now() for _ in range(3)]
+        finally:
+            source.close()
+    notices = [ev.message for ev in emitted if isinstance(ev, NoticeEvent)]
+    assert notices == [f"{srv.url}: 36 per-position series at position 64 or beyond were dropped: no drafter "
+                       "drafts that far (specdash shows positions 0-63)"]
+    assert all(len(r.num_accepted_tokens_per_pos) == 64 and r.note for r in rows)

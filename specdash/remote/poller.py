@@ -2,8 +2,9 @@
 
 `ServerWatch` does one poll (synchronously): /props once per connection (the model, and
 whether this is a llama-server router), /metrics every time, and /slots for llama.cpp
-(live tokens). It keeps the server's state: up/down/starting, when it was last seen, the
-error text, how many polls failed, and the counter window.
+(live tokens). It keeps the server's state: up/down/starting, or bad (it answers with
+numbers no counter can hold: NaN, inf, negative, beyond 2^53, more accepted than drafted),
+when it was last seen, the error text, how many polls failed, and the counter window.
 
 `Poller` runs a watch on a daemon thread. Polls never overlap: the next one is scheduled
 only after the previous one returned, `interval` after it started (or a little after it

@@ -6,7 +6,9 @@ It polls the server on its own timer thread (remote.poller) and speaks the contr
                  (source="remote") built from /props and the metrics, then "running"
     every poll   CountersEvent (the deltas since the previous poll) and ServerEvent (the
                  fleet row); on up<->down transitions StatusEvent("down", error) and back
-                 to "running"; a NoticeEvent when a counter reset shows the server restarted
+                 to "running" (a bad reading, too, is "down" here, and "bad" in the row);
+                 a NoticeEvent when a counter reset shows the server restarted, and when
+                 the reading left something out (per-position series beyond 64)
     NewPrompt    drive mode: the prompt goes to the server's completion endpoint and the
                  streamed text comes back as PromptEvent, PrefillEvent, StepEvents, Summary
     SetDrafter   llama-server in router mode (--models-preset): switch to the preset named
