@@ -76,6 +76,10 @@ class Sweep:
         self.cancelled = False
         self._waiting_for: str | None = None  # title of the run in flight
         self._in_run = False  # its PromptEvent came: the next Summary is its result
+        # `specdash sweep --whatif`: K -> (tok/s, acceptance) simulated before any run, and
+        # where the prediction came from; drawn beside the measured points, marked.
+        self.predicted: dict[int, tuple[float, float | None]] = {}
+        self.predicted_from = ""
 
     @property
     def total(self) -> int:
@@ -160,4 +164,8 @@ class Sweep:
             "rounds": self.rounds, "max_tokens": self.max_tokens, "cancelled": self.cancelled,
             "plain_tokens_per_s": self.plain, "best_k": best.k if best else None,
             "points": [p.to_json() for p in self.measured],
+            **({"predicted": {"from": self.predicted_from,
+                              "points": [{"k": k, "tokens_per_s": t, "acceptance_rate": a}
+                                         for k, (t, a) in sorted(self.predicted.items())]}}
+               if self.predicted else {}),
         }

@@ -8,12 +8,16 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
+import pytest
+from rich.cells import cell_len
 from textual.app import App
 
 from specdash.events import ServerEvent
-from specdash.tui.screens.fleet import COLUMN_KEYS, FleetScreen, fmt_duration, status_text
+from specdash.tui.screens.fleet import (COLUMN_KEYS, COLUMNS, KEEP_ORDER, FleetScreen, fit_columns, fmt_duration,
+                                        host_port, status_text)
 
 
 def row(url: str, **kw: Any) -> ServerEvent:
@@ -39,6 +43,7 @@ class Host(App[None]):
 
 
 A, B, C = "http://a:8080", "http://b:8080", "http://c:8000"
+FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
 
 
 def sync(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
@@ -102,7 +107,7 @@ async def test_rows_sorting_enter_and_a_down_row() -> None:
         assert str(table.get_cell(B, "errors")) == "0", "changes to a known row wait for the flush"
         await pilot.pause(fleet.FLUSH_S + 0.3)  # the flush timer
         status = str(table.get_cell(B, "status"))
-        assert status.startswith("down · last seen 4") and "s ago · http://b:8080: cannot connect" in status
+        assert status.startswith("down · last seen 4") and status.endswith("s ago · cannot connect (Connection refused)")
         assert str(table.get_cell(B, "errors")) == "3"
         # Sorting by status puts the down row last.
         fleet.sort_by("status", reverse=False)
@@ -122,3 +127,99 @@ def test_status_and_duration_text() -> None:
     assert status_text(row(A, state="down", last_seen=now - 75, error="x"), now) == "down · last seen 1m15s ago · x"
     assert status_text(row(A, state="starting", error="HTTP 503"), now) == "starting · HTTP 503"
     assert fmt_duration(3 * 3600 + 61) == "3h01m" and fmt_duration(None) == "–"
+
+
+def canned_llama_server() -> Any:
+    """A llama-server as recorded (tests/fixtures/llamacpp: /metrics, /slots, /props while
+    a request ran), each poll answered with the next recording."""
+    from conftest_remote import Canned, ReplayServer
+
+    def cycling(name: str, ctype: str) -> Callable[[str, dict[str, str]], tuple[int, str, bytes]]:
+        bodies = [p.read_bytes() for p in sorted(FIXTURES.glob(f"{name}_*.*"))] or [(FIXTURES / f"{name}.json").read_bytes()]
+        calls = [0]
+
+        def answer(path: str, headers: dict[str, str]) -> tuple[int, str, bytes]:
+            body = bodies[min(calls[0], len(bodies) - 1)]
+            calls[0] += 1
+            return 200, ctype, body
+
+        return answer
+
+    return ReplayServer(Canned({"/metrics": cycling("metrics", "text/plain; version=0.0.4"),
+                                "/slots": cycling("slots", "application/json"),
+                                "/props": cycling("props", "application/json"),
+                                "/health": (200, "application/json", b'{"status": "ok"}')}))
+
+
+def rendered_rows(table: Any) -> list[str]:
+    return [table.render_line(y).text.rstrip() for y in range(table.size.height)]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
+def test_the_fleet_fits_the_terminal_and_a_dead_servers_status_shows(size: tuple[int, int]) -> None:
+    """`specdash attach URL URL` on a live (recorded) llama-server and a port nobody
+    listens on: at 80 and 120 columns the table shows each server as host:port, the
+    dead one's "down · never seen · why" in full view, and no column cut at the edge."""
+    from conftest_remote import free_port
+    from specdash.sources.remote import RemoteSource
+    from specdash.tui.fleet_app import FleetDashboard
+
+    async def body() -> None:
+        dead = f"http://127.0.0.1:{free_port()}"
+        with canned_llama_server() as live:
+            app = FleetDashboard([RemoteSource(live.url, interval=0.2), RemoteSource(dead, interval=0.2)])
+            async with app.run_test(size=size) as pilot:
+                fleet = app.fleet
+                for _ in range(400):
+                    if (len(fleet.servers) == 2 and fleet.servers[dead].state == "down"
+                            and fleet.servers[live.url].state == "up" and not fleet._dirty):
+                        break
+                    await pilot.pause(0.05)
+                await pilot.pause(fleet.FLUSH_S + 0.2)
+                rows = rendered_rows(fleet.table)
+                assert all(cell_len(r) <= size[0] for r in rows)
+                header = rows[0]
+                assert header.split()[:2] == ["server", "status"], header
+                dead_row = next(r for r in rows if dead.removeprefix("http://") in r)
+                live_row = next(r for r in rows if live.url.removeprefix("http://") in r)
+                assert "http://" not in "".join(rows)
+                assert "down · never seen · cannot connect" in dead_row, rows
+                assert " up " in f"{live_row} " and "gen tok/s" in header and "acceptance" in header, rows
+                if size[0] >= 120:
+                    assert "never seen · cannot connect (Connection refused) " in dead_row, rows  # whole
+                    assert "busy/queued" in header and "errors" in header, header
+                else:
+                    assert "backend" not in header and "uptime" not in header, header  # dropped first
+                # Narrower at run time: the table fits again, status still in view.
+                await pilot.resize_terminal(64, size[1])
+                await pilot.pause(0.2)
+                rows = rendered_rows(fleet.table)
+                assert rows[0].split()[:2] == ["server", "status"] and all(cell_len(r) <= 64 for r in rows)
+                assert "down · never seen" in next(r for r in rows if dead.removeprefix("http://") in r)
+
+    asyncio.run(body())
+
+
+def test_the_status_says_why_without_repeating_the_url() -> None:
+    down = row(A, state="down", last_seen=None,
+               error=f"{A}: cannot connect (Connection refused); is the server running and the URL right?")
+    assert status_text(down, 0.0) == "down · never seen · cannot connect (Connection refused)"
+    assert status_text(row(A, state="down", last_seen=None, error=f"{A}/metrics: HTTP 404 not found"), 0.0) \
+        == "down · never seen · /metrics: HTTP 404 not found"
+    assert host_port("http://user:secret@10.0.0.7:8000/") == "10.0.0.7:8000"
+    assert host_port("https://gpu-3.example:443/v1") == "gpu-3.example:443/v1"
+
+
+def test_columns_give_way_in_order_of_use() -> None:
+    widths = {c.key: len(c.label) for c in COLUMNS} | {"server": 15, "status": 40, "model": 30}
+    for width in (60, 80, 100, 120, 160, 240):
+        shown, status = fit_columns(widths, width)
+        assert shown[:2] == ("server", "status")
+        used = sum(widths[k] + 2 for k in shown if k != "status") + status + 2
+        assert used <= width and status >= min(40, 24)
+        hidden = [k for k in KEEP_ORDER if k not in shown]
+        # what is hidden is the least needed, except where a narrower column fits a gap
+        assert all(KEEP_ORDER.index(k) > 1 for k in hidden)
+    assert fit_columns(widths, 80)[0] == ("server", "status", "gen", "acceptance")
+    assert fit_columns(widths, 240)[0] == COLUMN_KEYS
+    assert "backend" not in fit_columns(widths, 160)[0] and "gen" in fit_columns(widths, 100)[0]

@@ -139,12 +139,64 @@ async def test_a_remote_servers_counter_polls_fill_the_same_panels():
         # tok/s over the last 2 s of the server's time: the last two polls
         assert titles(app, "throughput")[0] == f"tok/s {(polls[-2].tokens + polls[-1].tokens) / 2:.1f}"
         assert titles(app, "kpanel")[0] == "K 8 · ngram-simple"
-        assert titles(app, "cpu") == ("CPU", "no telemetry from a remote server")
+        # No telemetry: said once, in the CPU panel, which takes the memory panel's place.
+        assert titles(app, "cpu")[0] == "CPU · memory"
+        assert "a remote server does not send it" in str(app.query_one("#cpu-view").render())
+        assert not app.query_one("#numa").display
         # A control the source refuses says why, and sends nothing.
         await pilot.press("plus")
         await pilot.pause()
         assert not source.sent
         assert any("--spec-draft-n-max" in note for note in app.notes)  # type: ignore[attr-defined]
+
+
+@sync
+async def test_a_server_down_from_the_start_says_once_that_no_telemetry_will_come():
+    """No settings event ever arrives: the source's kind alone says what it provides. No
+    "sampling…" for loads that will never come, no "no memory information on this system"."""
+    script = [StatusEvent("loading", "connecting", t=1.0),
+              StatusEvent("down", "http://127.0.0.1:9: cannot connect (Connection refused)", t=2.0)]
+    source = ScriptedSource("remote", script)
+    app = app_for(source, local_telemetry=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settled(pilot, len(script))
+        await pilot.pause(0.3)
+        view = app.query_one("#cpu-view")
+        lines = [view.render_line(y).text for y in range(view.size.height)]
+        text = " ".join(" ".join(lines).split())
+        assert "No CPU or memory telemetry: a remote server does not send it" in text, lines
+        assert "run specdash on the server's host" in text, lines
+        assert "sampling" not in text and not app.query_one("#numa").display
+        assert titles(app, "cpu") == ("CPU · memory", "")
+        assert app.query_one("#cpu").size.width > 40  # the memory panel's columns too
+
+
+@sync
+async def test_after_a_request_ends_the_status_line_and_the_chart_title_agree():
+    """A server idles after its request: polls with nothing generated. The status line,
+    the tok/s chart's title and its line all keep the last request's speed (one rule,
+    stated in the help), and the title says it is the last request's."""
+    script = remote_script()
+    idle = [CountersEvent(seconds=1.0, tokens=0, steps=0, num_drafts=0, num_draft_tokens=0, num_accepted_tokens=0,
+                          num_accepted_tokens_per_pos=[], k=8, t=112.0 + i) for i in range(10)]
+    script = script[:-1] + idle + script[-1:]
+    source = ScriptedSource("remote", script)
+    app = app_for(source, local_telemetry=False)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settled(pilot, len(script))
+        polls = [ev for ev in script if isinstance(ev, CountersEvent) and ev.tokens]
+        last = (polls[-2].tokens + polls[-1].tokens) / 2  # the last 2 s of decoding
+        assert titles(app, "throughput")[0] == f"tok/s {last:.1f} (last request)"
+        assert f"│ {last:.1f} tok/s │" in app.query_one("#status").line
+        # The chart holds too (no zeros drawn for the idle polls): it ends on the last
+        # request's bins (smoothed over 4 bins, here 4 polls).
+        chart = app.state.stats.timeline(app.state.window)
+        assert chart.tokens_per_s[-1] == sum(p.tokens for p in polls[-4:]) / 4
+        await pilot.press("question_mark")
+        await pilot.pause()
+        lines = [w.render_line(y).text for w in app.screen.query("Static") for y in range(w.size.height)]
+        help_text = " ".join(" ".join(lines).split())
+        assert "After a request ends it holds that request's" in help_text, lines
 
 
 @sync

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_tui_support import FailingSession, load_replay, replay_app
+from test_tui_support import FailingSession, ReplaySession, load_replay, replay_app
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -110,3 +110,49 @@ def test_markers_at_the_hot_swaps(snap_compare):
         await pilot.pause(0.3)
 
     assert snap_compare(replay_app(), terminal_size=(140, 40), run_before=replayed_then_settled)
+
+
+def three_fast_swaps() -> list:
+    """The recording with three hot-swaps inserted within one second of decode time
+    (K=12, adaptive on, T=0.7: keys pressed in quick succession), 40 steps after its last
+    K change; the steps after them run at K=12, adaptively."""
+    import dataclasses
+
+    from specdash.events import SettingsEvent, StepEvent
+
+    events = load_replay()
+    last_swap = max(i for i, ev in enumerate(events) if isinstance(ev, SettingsEvent))
+    at = last_swap + 40
+    settings = events[last_swap]
+    swaps = [dataclasses.replace(settings, k=12, command="k=12")]
+    swaps.append(dataclasses.replace(swaps[-1], adaptive=True, command="adaptive=on"))
+    swaps.append(dataclasses.replace(swaps[-1], temperature=0.7, command="temperature=0.7"))
+    out = events[:at]
+    for i, swap in enumerate(swaps):  # two steps (about 50 ms of decode time) apart
+        out.append(swap)
+        out += [dataclasses.replace(ev, k=12, adaptive=True) for ev in events[at + 2 * i: at + 2 * i + 2]]
+    out += [dataclasses.replace(ev, k=12, adaptive=True) if isinstance(ev, StepEvent) else ev
+            for ev in events[at + 2 * len(swaps):]]
+    return out
+
+
+@pytest.mark.parametrize("size", [(80, 24), (140, 40)], ids=["80x24", "140x40"])
+def test_labels_of_three_swaps_within_a_second(snap_compare, size):
+    """Three hot-swaps within a second put their lines a cell apart: the labels stack, or
+    are cut with "…", or are counted, and never run into each other."""
+    events = three_fast_swaps()
+    steps = sum(1 for ev in events if type(ev).__name__ == "StepEvent")
+    app = replay_app(session_factory=lambda s, p: ReplaySession(s, p, events=events))
+
+    async def settled(pilot) -> None:
+        for _ in range(600):
+            if app.stats.total.steps == steps and app.engine_state == "running" and app.panels_current:
+                break
+            await pilot.pause(0.02)
+        assert app.stats.total.steps == steps, "the replay did not reach the screen"
+        assert [label for _, label in app.stats.markers][-3:] == ["K=12", "adaptive on", "T=0.7"]
+        await pilot.pause(0.3)
+        app._update_panels()
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=size, run_before=settled)

@@ -54,6 +54,49 @@ def test_prefill_pause_and_settings_gaps_are_not_decode_time():
     assert st.tokens_per_s == pytest.approx(6 / 0.4)
 
 
+def poll(tokens: int, t: float, *, drafted: int = 0, accepted: int = 0) -> C.CountersEvent:
+    return C.CountersEvent(seconds=1.0, tokens=tokens, steps=tokens - accepted, num_drafts=drafted // 4,
+                           num_draft_tokens=drafted, num_accepted_tokens=accepted,
+                           num_accepted_tokens_per_pos=[], t=t)
+
+
+def test_after_a_request_ends_the_rates_hold_the_last_requests():
+    """The one tok/s rule: a server's polls that generated nothing (it idles between
+    requests) are not decode time. tok/s, acceptance and the charts keep the last
+    request's numbers, and `idle` says so."""
+    st = LiveStats(rate_window_s=2.0)
+    for i in range(6):
+        st.feed(poll(40 + 2 * i, t=float(i), drafted=40, accepted=20))
+    busy = st.tokens_per_s
+    assert busy == pytest.approx((48 + 50) / 2) and not st.idle
+    acceptance, chart = st.recent_counters().acceptance_rate, st.timeline(60.0)
+    for i in range(6, 300):  # five minutes of an idle server, polled each second
+        st.feed(poll(0, t=float(i)))
+    assert st.idle and st.tokens_per_s == busy
+    assert st.recent_counters().acceptance_rate == acceptance
+    idle_chart = st.timeline(60.0)
+    assert idle_chart.tokens_per_s == chart.tokens_per_s and idle_chart.xs == chart.xs  # no zeros drawn
+    # Draft counters that move in a poll with no new tokens (llama-server's come in when a
+    # request ends) still count for acceptance, and add no time.
+    st.feed(poll(0, t=301.0, drafted=8, accepted=8))
+    assert st.tokens_per_s == busy and st.recent_counters().num_draft_tokens == 6 * 40 + 8
+    # The next request: live numbers again.
+    st.feed(poll(30, t=302.0))
+    assert not st.idle and st.tokens_per_s == pytest.approx((50 + 30) / 2)
+
+
+def test_an_engines_prompt_ends_and_its_rate_holds():
+    st = LiveStats(rate_window_s=10.0)
+    st.feed(step(1, t=100.0, ms=100.0))
+    st.feed(step(2, t=100.5, ms=100.0))
+    st.feed(Summary(text="xxxxxx", stop_reason="eos", n_prompt=10, n_generated=6, num_drafts=2,
+                    num_draft_tokens=8, num_accepted_tokens=4, num_accepted_tokens_per_pos=[2, 1, 1, 0],
+                    acceptance_rate=0.5, mean_accepted_length=3.0, tokens_per_s=10.0,
+                    prefill_tokens_per_s=100.0, prefill_ms=100.0, decode_s=0.6, draft_ms=1.0,
+                    verify_ms=1.0, other_ms=1.0, steps=2))
+    assert st.idle and st.tokens_per_s == pytest.approx(6 / 0.6)
+
+
 def test_rate_window_drops_old_steps():
     st = LiveStats(rate_window_s=1.0)
     st.feed(step(1, t=0.0, accepted=0, ms=500.0))  # 1 token in 0.5 s

@@ -9,7 +9,7 @@ from textual_hires_canvas import Canvas
 
 from specdash.telemetry import read_numa_nodes
 from specdash.tui.themes import VARIABLE_DEFAULTS
-from specdash.tui.widgets.plots import Plot, Series
+from specdash.tui.widgets.plots import Plot, Series, layout_labels
 from specdash.tui.widgets.generation import GenerationView
 from specdash.tui.widgets.system import CpuView, NumaView
 from test_tui_support import TWO_NODE, sync
@@ -107,6 +107,77 @@ async def test_markers_draw_a_labelled_line_where_the_change_happened():
     x2, _ = plot.get_pixel_from_coordinate(31.0, 0)
     assert rows[2][x2 + 1:x2 + 13] == "draft=lookup"
     assert all(row[x] in "│K" for row in rows[1:-1] if row[x] != " ")
+
+
+def drawn(lines, placed, columns, rows) -> list[str]:
+    """The marker lines and the placed labels on a blank grid, one string per row."""
+    grid = {r: [" "] * columns.stop for r in rows}
+    for px, _ in lines:
+        for r in rows:
+            grid[r][px] = "│"
+    for label in placed:
+        for i, ch in enumerate(label.text):
+            grid[label.row][label.col + i] = ch
+    return ["".join(grid[r]).rstrip() for r in rows]
+
+
+def test_labels_of_fast_swaps_stack_instead_of_running_together():
+    lines = [(10, "K=12"), (11, "adaptive on"), (12, "T=0.7")]
+    placed, dropped = layout_labels(lines, range(1, 40), range(1, 4))
+    assert dropped == 0
+    assert drawn(lines, placed, range(1, 40), range(1, 4)) == [
+        "          │K=12",
+        "          ││adaptive on",
+        "          │││T=0.7"]
+    # every label whole, a blank cell (or a line) between any two on a row
+    for a in placed:
+        for b in placed:
+            if a is not b and a.row == b.row:
+                assert a.end + 1 < b.col or b.end + 1 < a.col
+
+
+def test_labels_that_do_not_fit_are_shortened_then_dropped_with_a_count():
+    columns, rows = range(1, 40), range(1, 3)
+    lines = [(10, "K=12"), (11, "adaptive on"), (16, "draft suffix"), (17, "T=0.7")]
+    placed, dropped = layout_labels(lines, columns, rows)
+    # "draft suffix" finds room on the top row after K=12; the line of T=0.7 runs through a
+    # label on both rows: the one below is cut short of it, with "…"
+    assert drawn(lines, placed, columns, rows) == [
+        "          │K=12 │draft suffix",
+        "          ││adap…│T=0.7"]
+    assert dropped == 0
+    # One row, lines a cell apart: no room to cut to. The first label stays whole, the
+    # others are dropped and counted at the right end.
+    lines = [(10, "K=12"), (11, "adaptive on"), (12, "T=0.7")]
+    placed, dropped = layout_labels(lines, columns, range(1, 2))
+    assert drawn(lines, placed, columns, range(1, 2)) == ["          │K=12" + " " * 17 + "+2 swaps"]
+    assert dropped == 2
+    # ... and where even the count has no room, the rightmost label gives way to it.
+    placed, dropped = layout_labels(lines, range(1, 16), range(1, 2))
+    assert [p.text for p in placed] == ["+3 swaps"] and dropped == 3
+
+
+def test_a_label_at_the_right_edge_goes_left_of_its_line():
+    placed, dropped = layout_labels([(36, "adaptive on")], range(1, 39), range(1, 4))
+    assert dropped == 0 and placed[0].text == "adaptive on" and placed[0].end == 35
+
+
+def test_labels_avoid_the_row_with_data():
+    data = {1: 5, 2: 0, 3: 1}  # cells of data each row would cover
+    placed, _ = layout_labels([(10, "K=12")], range(1, 40), range(1, 4), lambda r, a, b: data[r])
+    assert placed[0].row == 2
+
+
+@sync
+async def test_three_swaps_within_a_second_keep_every_label_readable():
+    labels = ["K=12", "adaptive on", "T=0.7"]
+    plot, rows = await plotted((60, 12), lambda p: p.show(
+        [Series((0.0, 60.0), (1.0, 1.0), "chart-line")], x_limits=(0.0, 60.0), y_limits=(0.0, 2.0),
+        markers=[(30.0, labels[0]), (30.4, labels[1]), (30.8, labels[2])]))
+    text = "\n".join(rows)
+    for label in labels:
+        assert label in text, rows
+    assert "K=12ad" not in text and "ixtive" not in text
 
 
 @sync

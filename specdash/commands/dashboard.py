@@ -98,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def launch(args: argparse.Namespace, config: Config, prompt: str | None,
-           sweep: tuple[tuple[int, ...], int, int] | None = None) -> int:
+           sweep: tuple[tuple[int, ...], int, int] | None = None,
+           predicted: tuple[dict[int, tuple[float, float | None]], str] | None = None) -> int:
     """The dashboard on the embedded engine; `sweep` = (Ks, rounds, tokens) opens the
     sweep view on the first prompt (`specdash sweep`)."""
     from textual.theme import BUILTIN_THEMES
@@ -128,6 +129,7 @@ def launch(args: argparse.Namespace, config: Config, prompt: str | None,
     if sweep is not None:
         options.sweep_ks, options.sweep_rounds, options.sweep_tokens = sweep
         options.sweep_at_start = True
+        options.sweep_predicted = predicted
 
     def make_session(settings: EngineSettings, progress: Progress) -> Session:
         session = Session(settings, progress=progress)

@@ -42,6 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--sweep-tokens", type=int, default=96, metavar="N", help="tokens per run (default 96)")
     p.add_argument("--headless", action="store_true", help="no dashboard: print the results table")
     p.add_argument("--json", dest="json_out", metavar="OUT", help="with --headless: write the results as JSON")
+    p.add_argument("--whatif", metavar="PROFILE", help="first predict every K with `specdash whatif`'s simulation "
+                   "on PROFILE (here, a TOML file, epyc-32b, gpu-like, ci-box): drawn as predicted points beside "
+                   "the measured ones (greedy only)")
     p.set_defaults(func=run, k=None)
 
 
@@ -56,14 +59,25 @@ def run(args: argparse.Namespace) -> int:
         prompt = next(p.text for p in BUILTIN if p.name == "code-edit")
     if config.engine.draft == "none":
         raise SpecdashError("--draft none: every K would be plain decoding; choose a drafter (lookup, a model, ...)")
+    predicted = _predict(args, config.engine, prompt) if args.whatif else None
     if args.headless:
-        return headless(args, config.engine, prompt)
+        return headless(args, config.engine, prompt, predicted)
     from specdash.commands.dashboard import launch
 
-    return launch(args, config, prompt, sweep=(tuple(args.ks), args.rounds, args.sweep_tokens))
+    return launch(args, config, prompt, sweep=(tuple(args.ks), args.rounds, args.sweep_tokens), predicted=predicted)
 
 
-def headless(args: argparse.Namespace, settings, prompt: str) -> int:
+def _predict(args: argparse.Namespace, settings, prompt: str):
+    from specdash.whatif.api import predict_sweep
+
+    if not settings.sampling.greedy:
+        raise SpecdashError(f"--whatif with --temp {settings.sampling.temperature:g}: predictions need greedy "
+                            "decoding (temperature 0)")
+    return predict_sweep(settings, prompt, args.ks, args.sweep_tokens, args.whatif,
+                         lambda m: print(f"whatif: {m}", file=sys.stderr, flush=True))
+
+
+def headless(args: argparse.Namespace, settings, prompt: str, predicted=None) -> int:
     from specdash import events as E
     from specdash.session import Session
     from specdash.sweep import Sweep
@@ -72,6 +86,8 @@ def headless(args: argparse.Namespace, settings, prompt: str) -> int:
     try:
         sweep = Sweep(prompt, session.engine.settings_event(), ks=args.ks, rounds=args.rounds,
                       max_tokens=args.sweep_tokens)
+        if predicted is not None:
+            sweep.predicted, sweep.predicted_from = predicted
         pending = sweep.start()
         while not sweep.finished:
             runs = [c for c in pending if isinstance(c, E.NewPrompt)]
@@ -97,13 +113,18 @@ def headless(args: argparse.Namespace, settings, prompt: str) -> int:
 
 
 def table(sweep) -> str:
-    lines = [f"{'K':>3} {'tok/s':>7} {'min-max':>13} {'vs plain':>8} {'accept':>7} {'mean len':>8}"]
+    pred = sweep.predicted
+    lines = [f"{'K':>3} {'tok/s':>7} {'min-max':>13} {'vs plain':>8} {'accept':>7} {'mean len':>8}"
+             + (f" {'predicted':>9}" if pred else "")]
     best = sweep.best
     for p in sweep.measured:
         lo, hi = p.spread
         ratio = f"{p.tokens_per_s / sweep.plain:7.2f}x" if sweep.plain else "      -"
         acc = f"{p.acceptance:7.0%}" if p.acceptance is not None else "      -"
         mean = f"{p.mean_accepted_length:8.2f}" if p.mean_accepted_length is not None else "       -"
-        lines.append(f"{p.k:>3} {p.tokens_per_s:7.1f} {lo:6.1f}-{hi:<6.1f} {ratio} {acc} {mean}"
+        guess = (f" {pred[p.k][0]:9.1f}" if p.k in pred else f" {'-':>9}") if pred else ""
+        lines.append(f"{p.k:>3} {p.tokens_per_s:7.1f} {lo:6.1f}-{hi:<6.1f} {ratio} {acc} {mean}{guess}"
                      + ("  <- best" if best is not None and p.k == best.k else ""))
+    if pred:
+        lines.append(f"predicted: {sweep.predicted_from}")
     return "\n".join(lines)

@@ -60,8 +60,9 @@ class Run:
 class Engine:
     # Batch sizes measured before adaptive mode's first decision: enough points for the
     # controller to interpolate a CPU's cost curve (nearly linear, with steps) or see a
-    # GPU's flat one. One pass, ~25 single-token steps of work, once per session.
-    COST_SIZES = (1, 2, 3, 5, 9, 17)
+    # GPU's flat one, up to a verify of K=32 (interpolated, not extrapolated). One pass,
+    # 70 tokens of batch work (~15-25 single steps on a CPU), once per session.
+    COST_SIZES = (1, 2, 3, 5, 9, 17, 33)
 
     def __init__(
         self,

@@ -88,6 +88,8 @@ class DashboardOptions:
     sweep_rounds: int = 2
     sweep_tokens: int = 96
     sweep_at_start: bool = False  # `specdash sweep`: open the sweep view on the first prompt
+    # `specdash sweep --whatif`: ({K: (tok/s, acceptance)}, source) simulated for `prompt`
+    sweep_predicted: tuple[dict[int, tuple[float, float | None]], str] | None = None
 
 
 class DashboardBase(App[int]):
@@ -285,6 +287,9 @@ class DashboardBase(App[int]):
         outbox = self._outbox = Outbox(ping, flush_interval=self._flush_interval)
         self.source = self._source_factory(settings, prompts)
         self.state.state, self.state.message = "loading", ""
+        # What the source says it is, before its first settings event (a server down from
+        # the start sends none): the panels say what will never come (panels.NO_TELEMETRY).
+        self.state.source = self.state.source or self.source.kind
         self.source.start(outbox.emit)
         self._refresh_bindings_if_changed()
 

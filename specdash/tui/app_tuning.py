@@ -48,6 +48,8 @@ class TuningActions(DashboardBase):
         if why:
             self.notify(why, severity="warning", timeout=6)
             return
+        if o.sweep_predicted is not None and sweep.prompt == o.prompt:  # predicted for this prompt only
+            sweep.predicted, sweep.predicted_from = o.sweep_predicted
         self.sweep = sweep
         self.push_screen(SweepScreen(sweep))
         for cmd in sweep.start():

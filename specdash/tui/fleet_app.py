@@ -90,7 +90,7 @@ class FleetDashboard(SpecdashApp):
     def on_fleet_screen_open(self, message: FleetScreen.Open) -> None:
         """Enter on a row: that server's panels, from its recent history."""
         self.fleet_source.focus = message.url
-        self.state = DashState(window=self.options.window)
+        self.state = DashState(window=self.options.window, source=self.fleet_source.kind)
         self._gen.show_text(self.state)
         super()._ingest(self.fleet_source.history(message.url))
         self.pop_screen()

@@ -7,6 +7,11 @@ charts every time, which is what the snapshot tests rely on.
 Time axis: "decode time" — the wall time between consecutive steps of a run. Prefill,
 pauses and the gap after a settings change (a draft model loading) are left out, so a
 pause does not draw a flat line and a reload does not look like a slow step.
+
+One rule for tok/s, wherever it shows (status line, chart title, chart): the last
+`rate_window_s` of decoding (the chart: over its last whole bins). Time with nothing decoding is not decode time: after a
+request ends (between prompts, paused, or a server's polls that generated nothing) the
+numbers hold the last request's, and `idle` says so.
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ class LiveStats:
         self.decode_time = 0.0  # seconds of decode time so far: the time charts' x axis
         # Hot-swaps, (decode time, short label): vertical markers on the time charts.
         self.markers: deque[tuple[float, str]] = deque(maxlen=200)
+        self.idle = False  # nothing decodes now: the rates are the last request's
 
     # --- feeding ---------------------------------------------------------------------
     def feed(self, ev: Event) -> None:
@@ -102,6 +108,7 @@ class LiveStats:
             case Summary():
                 self.last_summary = ev
                 self._prev_t = None
+                self.idle = True
 
     def _mark(self, old: SettingsEvent | None, new: SettingsEvent) -> None:
         """A marker for each hot-swap: a change of K, drafter, temperature, adaptive or
@@ -120,11 +127,18 @@ class LiveStats:
                 self.markers.append((self.decode_time, text))
 
     def _counters(self, ev: CountersEvent) -> None:
-        """A remote source's poll: one bin's worth of steps at once."""
+        """A remote source's poll: one bin's worth of steps at once. A poll in which
+        nothing was generated is not decode time (the server idles between requests):
+        it enters neither the rates nor the charts, which keep the last request's."""
         self.total.add_counters(ev)
         self.run.add_counters(ev)
+        self.idle = ev.tokens == 0
+        if self.idle and not ev.num_draft_tokens:
+            return
+        # (llama-server moves its draft counters when a request ends, possibly in a poll
+        # that generated nothing more: those count for acceptance, with no time.)
         self.recent.append(ev)
-        self._add(ev.seconds, ev.tokens, ev.steps, ev.num_draft_tokens, ev.num_accepted_tokens,
+        self._add(0.0 if self.idle else ev.seconds, ev.tokens, ev.steps, ev.num_draft_tokens, ev.num_accepted_tokens,
                   ev.k if ev.k is not None else self._open.k)
 
     def _step(self, ev: StepEvent) -> None:
@@ -139,6 +153,7 @@ class LiveStats:
         self.run.add(ev)
         self.recent.append(ev)
         self.last_step = ev
+        self.idle = False
 
         # The first step of a stretch is timed differently (its own cost, which includes
         # warm-up right after prefill), so the reference takes only steady-state steps.
@@ -168,7 +183,8 @@ class LiveStats:
     # --- what the panels read ----------------------------------------------------------
     @property
     def tokens_per_s(self) -> float | None:
-        """Decode tok/s over the last `rate_window_s` seconds of decode time."""
+        """Decode tok/s over the last `rate_window_s` seconds of decode time (so, while
+        idle, the last request's)."""
         tokens = sum(n for _, n in self._recent_dt)
         return tokens / self._recent_dt_sum if self._recent_dt_sum > 0 else None
 

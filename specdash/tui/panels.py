@@ -23,9 +23,24 @@ def _k_axis_top(shown: list[float]) -> float:
 
 SECONDS = "{:g}s"  # the time charts' x axis: seconds of decode time
 
-# Why a source's CPU and memory panels stay empty.
-NO_TELEMETRY = {"remote": "no telemetry from a remote server",
-                "replay": "no telemetry in this recording"}
+# Why a source's CPU and memory panels stay empty, by the kind of source (the source
+# says what it is: its settings events, and Source.kind from the start), and whether the
+# CPU panel says it for both (taking the memory panel's place). The embedded engine runs
+# here: this machine is sampled, and "sampling…" shows until the first sample.
+NO_TELEMETRY = {
+    # A server sends counters, never its machine's load: said once, with what the
+    # operator can do instead.
+    "remote": ("No CPU or memory telemetry: a remote server does not send it. For per-core "
+               "load and NUMA memory, run specdash on the server's host.", True),
+    # A recording may hold the machine's telemetry further on: each panel waits.
+    "replay": ("no telemetry in this recording", False),
+}
+
+
+def no_telemetry(state: DashState) -> tuple[str, bool]:
+    """Why the CPU and memory panels have nothing to show (or ""), and whether the CPU
+    panel says it alone."""
+    return NO_TELEMETRY.get(state.source, ("", False)) if state.telemetry is None else ("", False)
 
 
 class Panel(Container):
@@ -149,6 +164,8 @@ class ThroughputPanel(Panel):
                                   y_ticks=_ticks(0.0, top), markers=line.markers)
         tps = st.tokens_per_s
         title = f"tok/s {tps:.1f}" if tps is not None else "tok/s –"
+        if tps is not None and st.idle:
+            title += " (last request)"  # the same number as the status line's: live_stats' rule
         if state.source == "remote":
             pass  # a server reports no plain reference
         elif plain is None:
@@ -187,16 +204,20 @@ class CpuPanel(Panel):
     def compose(self) -> ComposeResult:
         yield CpuView(id="cpu-view")
 
+    def on_mount(self) -> None:
+        self.view = self.query_one(CpuView)  # kept: no query on a panel being torn down
+
     def show(self, state: DashState) -> None:
         tel = state.telemetry
+        why, alone = no_telemetry(state)
+        self.set_class(alone, "-alone")  # NumaPanel hides; app.tcss widens this one
         if tel is None:
-            why = NO_TELEMETRY.get(state.source, "")
-            self.titles("CPU", why)
+            self.titles("CPU · memory" if self.has_class("-alone") else "CPU", "")
             if why:
-                self.query_one(CpuView).empty = why
+                self.view.show_empty(why)
             return
         loads = tel.core_loads
-        self.query_one(CpuView).update_loads(loads)
+        self.view.update_loads(loads)
         mean = sum(loads) / len(loads) if loads else 0.0
         shares = f"proc {tel.process.cpu_percent_of_core:.0f}%" if tel.process else ""
         if tel.dashboard_cpu is not None:
@@ -208,16 +229,20 @@ class NumaPanel(Panel):
     def compose(self) -> ComposeResult:
         yield NumaView(id="numa-view")
 
+    def on_mount(self) -> None:
+        self.view = self.query_one(NumaView)
+
     def show(self, state: DashState) -> None:
         tel = state.telemetry
+        why, alone = no_telemetry(state)
+        self.display = not alone  # the CPU panel says it for both
         if tel is None:
             self.titles("Memory", "")
-            why = NO_TELEMETRY.get(state.source, "")
             if why:
-                self.query_one(NumaView).empty = why
+                self.view.show_empty(why)
             return
         nodes = tel.numa_nodes
-        self.query_one(NumaView).update_nodes(nodes)
+        self.view.update_nodes(nodes)
         if nodes and nodes[0].source.startswith("proc"):
             title = "Memory · no NUMA info"
         else:

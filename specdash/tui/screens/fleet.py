@@ -4,6 +4,11 @@ Feed it with `update_server(ev)` (on the UI thread; changes are drawn together, 
 once a second). Sort with `s` (next column) and `r` (reverse), or by clicking a column
 header (again to reverse). Enter on a row posts `FleetScreen.Open(url)`; the app opens
 that server's full dashboard.
+
+The table fits the terminal's width (`fit_columns`): a server is shown by its host:port,
+its status comes right after it, and as the width shrinks the columns of least use go
+first (backend, uptime, prompt tok/s, ...), so a dead server's "down · never seen · why"
+stays in view at 80 columns.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -51,16 +58,40 @@ def busy_queued(ev: ServerEvent) -> str:
     return f"{run}/{wait}"
 
 
+def host_port(url: str) -> str:
+    """What the server column shows: `host:port` (and a path, if any), not the scheme or
+    any user:password@ (the full URL stays the row's key)."""
+    parts = urlsplit(url)
+    where = parts.netloc.rpartition("@")[2] or url
+    path = parts.path.rstrip("/")
+    return where + path
+
+
 def status_text(ev: ServerEvent, wall: float | None = None) -> str:
-    """'up', 'starting · why', or 'down · last seen 12s ago · error'."""
+    """'up', 'starting · why', or 'down · last seen 12s ago · error'. The error is its
+    first clause without the leading "URL: " (the row says which server; the advice
+    after a ";" is in the server's own panels, Enter)."""
     wall = time.time() if wall is None else wall
     if ev.state == "up":
         return "up" if not ev.resets else f"up · {ev.resets} reset{'s' if ev.resets > 1 else ''}"
     seen = "never seen" if ev.last_seen is None else f"last seen {fmt_duration(max(0.0, wall - ev.last_seen))} ago"
     parts = [ev.state, seen] if ev.state == "down" else [ev.state]
     if ev.error:
-        parts.append(ev.error)
+        error = ev.error.removeprefix(ev.url.rstrip("/")).removeprefix(": ")  # "/metrics: HTTP 404" stays
+        parts.append(error.partition("; ")[0])
     return " · ".join(parts)
+
+
+class ServerCell(Text):
+    """The server column's cell: host:port on screen, the row's URL kept for sorting."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(host_port(url))
+        self.url = url
+
+
+def clip(text: str, width: int) -> str:
+    return text if cell_len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
 def _same(a: str | Text, b: str | Text) -> bool:
@@ -85,7 +116,8 @@ def _n(value: float | int | None) -> tuple[int, float]:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("server", "server", lambda e: e.url, lambda e: (0, e.url), numeric=False),
+    Column("server", "server", lambda e: host_port(e.url), lambda e: (0, e.url), numeric=False),
+    Column("status", "status", status_text, lambda e: (0, {"up": 0, "starting": 1}.get(e.state, 2), e.url), numeric=False),
     Column("model", "model", lambda e: e.model or "–", lambda e: (0 if e.model else 1, e.model), numeric=False),
     Column("backend", "backend", lambda e: e.backend or "–", lambda e: (0 if e.backend else 1, e.backend), numeric=False),
     Column("busy", "busy/queued", busy_queued,
@@ -97,10 +129,36 @@ COLUMNS: tuple[Column, ...] = (
     Column("per_step", "tok/step", lambda e: _num(e.tokens_per_step, ".2f"), lambda e: _n(e.tokens_per_step)),
     Column("uptime", "uptime", lambda e: fmt_duration(e.uptime_s), lambda e: _n(e.uptime_s)),
     Column("errors", "errors", lambda e: str(e.errors), lambda e: _n(e.errors)),
-    Column("status", "status", status_text, lambda e: (0, {"up": 0, "starting": 1}.get(e.state, 2), e.url), numeric=False),
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 _BY_KEY = {c.key: c for c in COLUMNS}
+
+# Which columns stay as the table narrows, most needed first: the server and its status
+# always; then what says how it serves; the rest only where there is room.
+KEEP_ORDER = ("server", "status", "gen", "acceptance", "busy", "model", "errors", "mean_len", "per_step",
+              "prompt", "uptime", "backend")
+PADDING = 2  # DataTable's cell padding: one column each side
+STATUS_MIN = 24  # the status column is never cut below this ("down · last seen 1m05s…")
+
+
+def fit_columns(widths: dict[str, int], width: int) -> tuple[tuple[str, ...], int]:
+    """The columns to show in `width` cells (in COLUMNS order) and the widest status
+    text to write, given each column's natural width (its widest cell or label).
+
+    The server and the status always show. The status takes its natural width, cut to
+    leave room for gen tok/s and acceptance where it must (never below STATUS_MIN);
+    then the columns join in KEEP_ORDER while they fit."""
+    server = widths["server"] + PADDING
+    top_two = sum(widths[k] + PADDING for k in ("gen", "acceptance"))
+    status = min(widths["status"], max(STATUS_MIN, width - server - top_two - PADDING))
+    used = server + status + PADDING
+    shown = {"server", "status"}
+    for key in KEEP_ORDER[2:]:
+        need = widths[key] + PADDING
+        if used + need <= width:
+            shown.add(key)
+            used += need
+    return tuple(k for k in COLUMN_KEYS if k in shown), status
 
 
 class FleetScreen(Screen[None]):
@@ -135,27 +193,65 @@ class FleetScreen(Screen[None]):
         self._order: list[str] = []
         self._dirty: set[str] = set()  # rows changed since the last flush
         self._flush_timer: Timer | None = None
+        self._columns: tuple[str, ...] = ()  # the columns shown (fit_columns)
+        self._status_width = 0  # status texts are cut to this width (a large number: not cut)
 
     def compose(self) -> ComposeResult:
         table: DataTable[Any] = DataTable(id="fleet", cursor_type="row", zebra_stripes=True)
+        # Kept, not queried: the sources' rows still arrive while the app tears the screen
+        # down, and a query then finds nothing.
+        self._table = table
         yield table
-        yield Static(self._hint(), id="fleet-hint")
+        self._hint_view = Static(self._hint(), id="fleet-hint")
+        yield self._hint_view
         yield KeyFooter()
 
     def on_mount(self) -> None:
+        self._fit(force=True)
+        self.table.focus()
+        self.set_interval(1.0, self._refresh_ages)
+
+    def on_resize(self) -> None:
+        if self._columns:  # on_mount has built the table
+            self._fit()
+
+    def on_screen_resume(self) -> None:
+        # Back from a server's panels: the terminal may have been resized meanwhile.
+        self.on_resize()
+
+    def _fit(self, force: bool = False) -> bool:
+        """Choose the columns for the screen's width (fit_columns); when the choice
+        changed, build the table again with them (the rows, the order and the cursor
+        kept). True when it did."""
+        widths = {c.key: cell_len(c.label) for c in COLUMNS}
+        for ev in self.servers.values():
+            for c in COLUMNS:
+                widths[c.key] = max(widths[c.key], cell_len(c.render(ev)))
+        # The screen, less room for a vertical scrollbar (when the rows need one).
+        columns, status = fit_columns(widths, self.size.width - 2)
+        # A status that fits whole is not cut, whatever its width: "last seen 9s" becoming
+        # "10s" must not rebuild the table.
+        status = status if status < widths["status"] else 10**6
+        if not force and (columns, status) == (self._columns, self._status_width):
+            return False
         table = self.table
-        for col in COLUMNS:
-            table.add_column(col.label, key=col.key)
+        cursor = self._order[table.cursor_row] if 0 <= table.cursor_row < len(self._order) else None
+        self._columns, self._status_width = columns, status
+        table.clear(columns=True)
+        self._shown.clear()
+        for key in columns:
+            table.add_column(_BY_KEY[key].label, key=key)
         for ev in list(self.servers.values()):
             self._put_row(ev)
         self._dirty.clear()
         self._sort()
-        table.focus()
-        self.set_interval(1.0, self._refresh_ages)
+        if cursor is not None and cursor in self._order:
+            table.move_cursor(row=self._order.index(cursor))
+        return True
 
     @property
     def table(self) -> DataTable[Any]:
-        return self.query_one("#fleet", DataTable)
+        return self._table
 
     def _hint(self) -> str:
         label = _BY_KEY[self.sort_key].label
@@ -184,6 +280,8 @@ class FleetScreen(Screen[None]):
         if self._flush_timer is not None:
             self._flush_timer.stop()
             self._flush_timer = None
+        if self._fit():  # a new width of some cell changed what fits: all rows are new
+            return
         dirty, self._dirty = self._dirty, set()
         for url in dirty:
             self._put_row(self.servers[url])
@@ -192,13 +290,14 @@ class FleetScreen(Screen[None]):
 
     def _cells(self, ev: ServerEvent) -> list[str | Text]:
         out: list[str | Text] = []
-        for col in COLUMNS:
-            if col.key == "server":
-                out.append(ev.url)  # the raw URL: the sort key looks the row up by it
-                continue
+        for col in map(_BY_KEY.__getitem__, self._columns):
             text = col.render(ev)
             style = ""
+            if col.key == "server":
+                out.append(ServerCell(ev.url))
+                continue
             if col.key == "status":
+                text = clip(text, self._status_width)
                 style = "bold red" if ev.state == "down" else "yellow" if ev.state != "up" else "green"
             elif ev.state == "down":
                 style = "dim"
@@ -210,22 +309,25 @@ class FleetScreen(Screen[None]):
         cells = self._cells(ev)
         shown = self._shown.get(ev.url)
         if ev.url in table.rows and shown is not None:
-            for i, (col, value) in enumerate(zip(COLUMNS, cells)):
+            for i, (key, value) in enumerate(zip(self._columns, cells)):
                 if not _same(value, shown[i]):
-                    table.update_cell(ev.url, col.key, value)
+                    table.update_cell(ev.url, key, value)
         else:
             table.add_row(*cells, key=ev.url)
         self._shown[ev.url] = cells
 
     def _refresh_ages(self) -> None:
+        if self._fit():  # a longer "last seen" may no longer fit whole
+            return
         table = self.table
+        at = self._columns.index("status")
         for url, ev in self.servers.items():
             if ev.state != "up" and url in table.rows:
-                cell = self._cells(ev)[-1]
+                cell = self._cells(ev)[at]
                 shown = self._shown.get(url)
-                if shown is not None and not _same(cell, shown[-1]):
+                if shown is not None and not _same(cell, shown[at]):
                     table.update_cell(url, "status", cell)
-                    shown[-1] = cell
+                    shown[at] = cell
 
     # --- sorting ---
 
@@ -244,8 +346,8 @@ class FleetScreen(Screen[None]):
             return
         self._order = order
         rank = {url: i for i, url in enumerate(order)}
-        self.table.sort("server", key=lambda url: rank.get(str(url), len(rank)))
-        self.query_one("#fleet-hint", Static).update(self._hint())
+        self.table.sort("server", key=lambda cell: rank.get(getattr(cell, "url", str(cell)), len(rank)))
+        self._hint_view.update(self._hint())
 
     def sort_by(self, key: str, reverse: bool | None = None) -> None:
         if key not in _BY_KEY:
@@ -256,8 +358,11 @@ class FleetScreen(Screen[None]):
         self._sort()
 
     def action_cycle_sort(self) -> None:
+        """The next column shown (a hidden one is skipped)."""
+        shown = self._columns or COLUMN_KEYS
         i = COLUMN_KEYS.index(self.sort_key)
-        self.sort_by(COLUMN_KEYS[(i + 1) % len(COLUMN_KEYS)], reverse=False)
+        following = [k for k in COLUMN_KEYS[i + 1:] + COLUMN_KEYS[: i + 1] if k in shown]
+        self.sort_by(following[0], reverse=False)
 
     def action_reverse_sort(self) -> None:
         self.sort_by(self.sort_key, reverse=not self.reverse)

@@ -66,7 +66,8 @@ class SweepScreen(Screen[None]):
         state = "cancelled" if sw.cancelled else "done" if sw.finished else f"run {min(sw.done + 1, sw.total)}/{sw.total}"
         self.query_one("#sweep-head", Static).update(Text.from_markup(
             f"[b]K sweep[/b] · {sw.before.drafter} on {sw.before.target} · {len(sw.ks)} Ks × {sw.rounds} rounds, "
-            f"{sw.max_tokens} tokens each · [b]{state}[/b]"))
+            f"{sw.max_tokens} tokens each · [b]{state}[/b]"
+            + (f" · ● predicted ({sw.predicted_from})" if sw.predicted else "")))
         self.query_one(ProgressBar).update(progress=sw.done)
         ks = [float(k) for k in sw.ks]
         x_limits = (min(ks) - 1, max(ks) + 1)
@@ -74,8 +75,13 @@ class SweepScreen(Screen[None]):
         markers = [(float(best.k), f"best K={best.k}")] if best and sw.done >= len(sw.ks) else []
         tps = [(float(p.k), p.tokens_per_s, p.spread) for p in points
                if p.tokens_per_s is not None and p.spread is not None]
-        top = nice_ceiling(max([hi for _, _, (_, hi) in tps] + [1.0]) * 1.1) if tps else 1.0
+        predicted = sorted((float(k), v) for k, (v, _) in sw.predicted.items() if k in sw.ks)
+        highs = [hi for _, _, (_, hi) in tps] + [v for _, v in predicted]
+        top = nice_ceiling(max(highs + [1.0]) * 1.1) if highs else 1.0
         series = []
+        if predicted:  # simulated, not measured: points in the reference colour, no line
+            series.append(Series(tuple(x for x, _ in predicted), tuple(v for _, v in predicted), "chart-reference",
+                                 label="predicted", kind="points"))
         if tps:
             xs = tuple(x for x, _, _ in tps)
             series.append(Series(xs, tuple(v for _, v, _ in tps), "chart-line", label="median tok/s"))
@@ -86,15 +92,21 @@ class SweepScreen(Screen[None]):
         self.query_one("#sweep-tps", Plot).show(series, x_limits=x_limits, y_limits=(0.0, top),
                                                 y_ticks=[0.0, top / 2, top], x_ticks=ks, markers=markers)
         acc = [(float(p.k), p.acceptance) for p in points if p.acceptance is not None]
+        acc_pred = sorted((float(k), a) for k, (_, a) in sw.predicted.items() if a is not None and k in sw.ks)
+        acc_series = [Series(tuple(x for x, _ in acc), tuple(a for _, a in acc), "chart-line")] if acc else []
+        if acc_pred:
+            acc_series.insert(0, Series(tuple(x for x, _ in acc_pred), tuple(a for _, a in acc_pred),
+                                        "chart-reference", label="predicted", kind="points"))
         self.query_one("#sweep-acc", Plot).show(
-            [Series(tuple(x for x, _ in acc), tuple(a for _, a in acc), "chart-line")] if acc else [],
+            acc_series,
             x_limits=x_limits, y_limits=(0.0, 1.0), y_ticks=[0.0, 0.5, 1.0], x_ticks=ks, markers=markers)
         self.query_one("#sweep-table", Static).update(self._table())
 
     def _table(self) -> Table:
         sw = self.sweep
         table = Table(box=None, padding=(0, 2), header_style="bold")
-        for col in ("K", "", "tok/s", "min–max", "vs plain", "acceptance", "mean len", "runs"):
+        cols = ["K", "", "tok/s", "min–max", "vs plain", "acceptance", "mean len", "runs"]
+        for col in cols + (["predicted"] if sw.predicted else []):
             table.add_column(col, justify="right")
         best = sw.best
         for p in sw.measured:
@@ -103,8 +115,10 @@ class SweepScreen(Screen[None]):
             acc = f"{p.acceptance:.0%}" if p.acceptance is not None else "–"
             mean = f"{p.mean_accepted_length:.2f}" if p.mean_accepted_length is not None else "–"
             mark = "best" if best is not None and p.k == best.k and sw.finished else ""
-            table.add_row(str(p.k), mark, f"{tps:.1f}", f"{spread[0]:.1f}–{spread[1]:.1f}", ratio, acc, mean,
-                          str(len(p.runs)))
+            row = [str(p.k), mark, f"{tps:.1f}", f"{spread[0]:.1f}–{spread[1]:.1f}", ratio, acc, mean, str(len(p.runs))]
+            if sw.predicted:
+                row.append(f"{sw.predicted[p.k][0]:.1f}" if p.k in sw.predicted else "–")
+            table.add_row(*row)
         return table
 
     def action_leave(self) -> None:

@@ -15,7 +15,7 @@ a vertical line per hot-swap with its short label written at the top of the char
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,7 @@ from textual_plot.axis_formatter import NumericAxisFormatter
 # terminal. Braille glyphs fall back to other fonts there, with other widths, and drag
 # the rest of their line out of place.
 HIRES = HiResMode.QUADRANT
-FREE = (" ", "│")  # cells a marker label may write over: blank, or another marker's line
+FREE = (" ", "│")  # cells that hold no data: blank, or a marker's line
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,21 +141,21 @@ class Plot(PlotWidget, can_focus=False):
         if canvas._canvas_size is None or canvas.size.height < 3:
             return
         style = self.colour("chart-reference")
-        rows = range(1, canvas.size.height - 1)
-        for x, label in self._markers:
-            px, _ = self.get_pixel_from_coordinate(x, 0)
-            text = label[: max(canvas.size.width - px - 2, 0)]
-            if not text:
-                continue
-            # The row where the label covers the least data (or other labels), top first;
-            # where it must cover some, it yields: only blank cells (and the lines of
-            # other markers) are written.
-            span = range(px + 1, px + 1 + len(text))
-            row = min(rows, key=lambda r: sum(canvas._buffer[r][c] not in FREE for c in span))
-            for i, c in enumerate(span):
-                if canvas._buffer[row][c] in FREE:
-                    canvas._buffer[row][c] = text[i]
-                    canvas._styles[row][c] = style
+        buffer = canvas._buffer
+        width = canvas.size.width
+
+        def data_cells(row: int, start: int, end: int) -> int:
+            return sum(buffer[row][c] not in FREE for c in range(start, end + 1))
+
+        lines = [(self.get_pixel_from_coordinate(x, 0)[0], label) for x, label in self._markers]
+        # Inside the frame: its top and bottom rows, its left and right columns are axes.
+        placed, _ = layout_labels(lines, range(1, width - 1), range(1, canvas.size.height - 1), data_cells)
+        # Written whole, over the chart's own cells where the row has some: a label with
+        # holes in it cannot be read, and layout_labels picked the row covering the least.
+        for label in placed:
+            for i, ch in enumerate(label.text):
+                buffer[label.row][label.col + i] = ch
+                canvas._styles[label.row][label.col + i] = style
         canvas.refresh()
 
 
@@ -181,6 +181,118 @@ def clean_limits(limits: tuple[float, float] | None) -> tuple[float, float] | No
     if limits is None or not all(plottable(v) for v in limits):
         return None
     return limits
+
+
+MIN_SHORT = 3  # a shortened label keeps at least this many characters before its "…"
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedLabel:
+    col: int  # its first cell
+    row: int
+    text: str
+
+    @property
+    def end(self) -> int:
+        return self.col + len(self.text) - 1
+
+
+def layout_labels(lines: Sequence[tuple[int, str]], columns: range, rows: Sequence[int],
+                  cost: Callable[[int, int, int], int] | None = None) -> tuple[list[PlacedLabel], int]:
+    """Where the markers' labels go, so that none runs into another: `lines` are (the
+    column of a marker's line, its label) and the cells labels may use (`columns` by
+    `rows`: inside the chart's frame); returns the labels placed and how many were
+    dropped. Hot-swaps in quick succession put their lines a cell or two apart, and
+    labels written side by side read as one ("K=12ixtive on"), so:
+
+    - a label sits just right of its line, or just left of it where the chart ends;
+    - on a row of `rows` where it keeps a blank cell from every other label: the row
+      covering the least data (`cost(row, first, last)`, cells), top first; so labels
+      of nearby lines stack;
+    - where no row has room for all of it, it is cut to the room there is, with "…",
+      if MIN_SHORT characters are left; where its line runs through an earlier label on
+      every row, that label is cut short of the line if it can be; otherwise it is dropped;
+    - dropped labels are counted ("+2 swaps", or "+2") at the right end of a row; a
+      label gives its place up for the count if it must."""
+    rows = list(rows)
+    taken: dict[int, list[PlacedLabel]] = {row: [] for row in rows}
+    score = cost or (lambda row, first, last: 0)
+    placed: list[PlacedLabel] = []
+    dropped = 0
+    for px, label in sorted(lines, key=lambda line: line[0]):
+        if px not in columns or not label:
+            continue  # off the chart: nothing to label
+        # (rank, the label's place, a label cut to make room for it or None)
+        best: tuple[tuple[int, ...], PlacedLabel, tuple[PlacedLabel, PlacedLabel] | None] | None = None
+        for index, row in enumerate(rows):
+            options: list[tuple[tuple[int, ...], PlacedLabel, tuple[PlacedLabel, PlacedLabel] | None]] = [
+                (rank, spot, None) for rank, spot in _options(label, px, row, taken[row], columns)]
+            # Our line runs through the label of an earlier line: cut that one short of it.
+            # (Lines come left to right, so that label sits right of its own line: it
+            # stays next to it.)
+            blocking = [other for other in taken[row] if other.col <= px <= other.end]
+            if not options and len(blocking) == 1 and px - blocking[0].col >= MIN_SHORT + 1:
+                other = blocking[0]
+                cut = PlacedLabel(other.col, row, other.text[: px - other.col - 1] + "…")
+                rest = [cut if o is other else o for o in taken[row]]
+                options = [((2, *rank), spot, (other, cut)) for rank, spot in _options(label, px, row, rest, columns)]
+            for rank, spot, swap in options:
+                key = (*rank, score(row, spot.col, spot.end), index)
+                if best is None or key < best[0]:
+                    best = (key, spot, swap)
+        if best is None:
+            dropped += 1
+            continue
+        _, spot, swap = best
+        if swap is not None:
+            old, cut = swap
+            placed[placed.index(old)] = cut
+            taken[old.row][taken[old.row].index(old)] = cut
+        placed.append(spot)
+        taken[spot.row].append(spot)
+    while dropped and rows:
+        for count in (f"+{dropped} swap{'s' if dropped > 1 else ''}", f"+{dropped}"):
+            for row in rows:
+                spot = PlacedLabel(columns.stop - len(count), row, count)
+                if spot.col >= columns.start and all(spot.col > other.end + 1 for other in taken[row]):
+                    return placed + [spot], dropped
+        if not placed:
+            break
+        # No row has room at its right end: the label ending furthest right gives way.
+        last = max(placed, key=lambda p: (p.end, -rows.index(p.row)))
+        placed.remove(last)
+        taken[last.row].remove(last)
+        dropped += 1
+    return placed, dropped
+
+
+def _options(label: str, px: int, row: int, taken: Sequence[PlacedLabel],
+             columns: range) -> list[tuple[tuple[int, ...], PlacedLabel]]:
+    """Where the label of the line at `px` can go on a row holding `taken`, ranked: whole
+    right of the line, whole left of it, then cut to the most room (with "…")."""
+    right, left = _room(taken, px, columns)
+    if right >= len(label):
+        return [((0, 0), PlacedLabel(px + 1, row, label))]
+    if left >= len(label):
+        return [((0, 1), PlacedLabel(px - len(label), row, label))]
+    room, side = max((right, 0), (left, 1))
+    if room < MIN_SHORT + 1:
+        return []
+    return [((1, -room), PlacedLabel(px + 1 if side == 0 else px - room, row, label[: room - 1] + "…"))]
+
+
+def _room(taken: Sequence[PlacedLabel], px: int, columns: range) -> tuple[int, int]:
+    """Cells free for a label right of column px and left of it, in a row holding the
+    labels `taken`, keeping a blank cell from each of them."""
+    right_end, left_start = columns.stop - 1, columns.start
+    for other in taken:
+        if other.col > px:
+            right_end = min(right_end, other.col - 2)
+        if other.end < px:
+            left_start = max(left_start, other.end + 2)
+        if other.col <= px <= other.end:
+            return 0, 0  # the line runs through a label here
+    return max(right_end - px, 0), max(px - left_start, 0)
 
 
 def nice_ceiling(value: float) -> float:

@@ -76,13 +76,19 @@ class CpuView(Widget):
             self.loads = tuple(loads)
             self.refresh()
 
+    def show_empty(self, why: str) -> None:
+        """What to say while there are no loads (why there will be none)."""
+        if why != self.empty:
+            self.empty = why
+            self.refresh()
+
     def render(self) -> Text:
         width, height = self.size.width, self.size.height
-        text = Text(no_wrap=True, overflow="crop")
         styles = _LoadStyles(self, "cpu")
         if not self.loads:
-            text.append(self.empty, styles.label)
-        elif len(self.loads) <= height:
+            return Text(self.empty, styles.label)  # wrapped: it may be a sentence or two
+        text = Text(no_wrap=True, overflow="crop")
+        if len(self.loads) <= height:
             self._bars(text, self.loads, width, styles)
         else:
             self._columns(text, self.loads, width, height, styles)
@@ -157,14 +163,19 @@ class NumaView(Widget):
             self.nodes = tuple(nodes)
             self.refresh()
 
+    def show_empty(self, why: str) -> None:
+        """What to say while there are no nodes (why there will be none)."""
+        if why != self.empty:
+            self.empty = why
+            self.refresh()
+
     def render(self) -> Text:
         width, height = self.size.width, self.size.height
-        text = Text(no_wrap=True, overflow="crop")
         styles = _LoadStyles(self, "numa")
         nodes = self.nodes
         if not nodes:
-            text.append(self.empty, styles.label)
-            return text
+            return Text(self.empty, styles.label)
+        text = Text(no_wrap=True, overflow="crop")
         shown = nodes[: max(height, 1)]
         with_stats = len(nodes) * 2 <= height
         label_w = max(len(_node_label(n)) for n in shown)

@@ -1,0 +1,92 @@
+"""The adaptive controller against the oracle, with `specdash whatif`'s simulation.
+
+For each prompt the plain greedy text is generated once (the real engine at K=0) and the
+draft model teacher-forced over it; then, for every profile, each drafter is simulated at
+every fixed K and with adaptive K (the engine's own controller and propose_adaptive),
+and adaptive tok/s / best fixed tok/s is reported per (prompt, profile, drafter), plus
+adaptive / plain. Targets (issue 21): >= 0.95 everywhere, >= 1.0 on mixed code + prose.
+
+Acceptance is exact (see specdash/whatif/simulate.py); time is the profile's, so this
+needs no quiet machine: only the one plain generation per prompt runs the models.
+
+    python benchmarks/whatif_controller.py                     # built-in prompts, 3 shipped profiles
+    python benchmarks/whatif_controller.py --prompts prose --tokens 32 --profiles epyc-32b --out /tmp/c.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from specdash.engine.controller import CostModelController
+from specdash.engine.settings import EngineSettings
+from specdash.prompts import BUILTIN
+from specdash.whatif.profile import BUILTIN as PROFILES
+from specdash.whatif.profile import load_profile
+from specdash.whatif.simulate import sweep
+from specdash.whatif.transcript import from_prompt
+
+ROOT = Path(__file__).resolve().parent.parent
+# A mixed text: prose around code, where no fixed K is right throughout.
+MIXED = ("mixed", "Explain in two short paragraphs what a binary search does and when it fails, then give a "
+         "Python implementation with comments, then one paragraph on its complexity.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default="qwen2.5-coder-1.5b")
+    ap.add_argument("--draft", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--prompts", default=",".join([p.name for p in BUILTIN] + [MIXED[0]]))
+    ap.add_argument("--profiles", default=",".join(PROFILES))
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--k-max", type=int, default=32, help="adaptive K's largest K (default 32: the sweep's range)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "whatif-controller-vs-oracle.txt"))
+    args = ap.parse_args(argv)
+    base = EngineSettings(target=args.target, draft=args.draft, threads=args.threads, ctx=2048,
+                          max_tokens=args.tokens, k_max=args.k_max)
+    texts = {p.name: p.text for p in BUILTIN}
+    texts[MIXED[0]] = MIXED[1]
+    profiles = [load_profile(p) for p in args.profiles.split(",")]
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    say(f"# adaptive K vs the oracle (whatif): {args.target} + {args.draft}, {args.tokens} tokens, "
+        f"K=1..32 fixed, adaptive k_max={args.k_max}, {time.strftime('%Y-%m-%d %H:%M')}")
+    say("| prompt | profile | drafter | oracle K | oracle x plain | adaptive x plain | adaptive / oracle |")
+    say("|---|---|---|---|---|---|---|")
+    ratios: list[float] = []
+    for name in args.prompts.split(","):
+        tr, (session, _) = from_prompt(base, texts[name], args.draft, lambda s: None)
+        session.close()
+        for profile in profiles:
+            kinds = ["lookup", "suffix", "chain", args.draft]
+            plain, fixed, adaptive = sweep(tr, kinds, list(range(1, 33)), profile, base,
+                                           lambda: CostModelController(k_min=base.k_min, k_max=base.k_max, k_init=base.k))
+            for ad in adaptive:
+                mine = [r for r in fixed if r.drafter == ad.drafter]
+                best = max([*mine, plain], key=lambda r: r.tokens_per_s)  # K=0 is a fixed K too
+                ratio = ad.tokens_per_s / best.tokens_per_s
+                ratios.append(ratio)
+                label = "draft" if ad.drafter == args.draft else ad.drafter
+                say(f"| {name} | {profile.name} | {label} | {best.k}{' (plain)' if best is plain else ''} | {best.tokens_per_s / plain.tokens_per_s:.2f} "
+                    f"| {ad.tokens_per_s / plain.tokens_per_s:.2f} | {ratio:.3f} |")
+            per = {label: (r.per_class[label][0], r.k) for r in fixed for label in r.per_class}
+            if len({label for r in fixed for label in r.per_class}) > 1:
+                say(f"<!-- {name} on {profile.name}: content classes {sorted(per)} -->")
+    say("")
+    say(f"adaptive / oracle: median {statistics.median(ratios):.3f}, min {min(ratios):.3f}, "
+        f"{sum(r >= 0.95 for r in ratios)}/{len(ratios)} at >= 0.95")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,42 @@
+"""What `specdash sweep --whatif` asks of the simulation: one drafter's predicted tok/s
+and acceptance at each K of a sweep, so the sweep view starts with predicted points and
+the real runs land beside them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from specdash.engine.drafters import is_model
+from specdash.engine.drafters.base import NoDrafter
+from specdash.engine.settings import EngineSettings
+from specdash.errors import SpecdashError
+from specdash.whatif.measure import measure_here
+from specdash.whatif.profile import load_profile
+from specdash.whatif.simulate import make_drafter, simulate
+from specdash.whatif.transcript import from_prompt
+
+
+def predict_sweep(settings: EngineSettings, prompt: str, ks: Sequence[int], max_tokens: int, profile_spec: str,
+                  say: Callable[[str], None] = lambda s: None) -> tuple[dict[int, tuple[float, float | None]], str]:
+    """({K: (predicted tok/s, acceptance)}, where the prediction comes from) for the
+    settings' drafter on `prompt`'s first `max_tokens` greedy tokens."""
+    if settings.draft == "none":
+        raise SpecdashError("--whatif: the draft source is none; nothing to predict")
+    profile = None if profile_spec == "here" else load_profile(profile_spec)
+    model = settings.draft if is_model(settings.draft) else None
+    s = settings.replace(max_tokens=max_tokens)
+    tr, (session, draft_llm) = from_prompt(s, prompt, model, say)
+    try:
+        if profile is None:
+            profile = measure_here(session.target, draft_llm, tr.prompt, overhead_ms=tr.plain["overhead_ms"],
+                                   relative_cost=tr.draft_relative_cost, plain_step_ms=tr.plain["verify_ms_median"])
+    finally:
+        session.close()
+    out: dict[int, tuple[float, float | None]] = {}
+    for k in ks:
+        if k == 0:
+            out[0] = (simulate(tr, NoDrafter(), profile, s, name="none", k=0).tokens_per_s, None)
+        else:
+            r = simulate(tr, make_drafter(settings.draft, tr, profile, s), profile, s, name=settings.draft, k=k)
+            out[k] = (r.tokens_per_s, r.acceptance)
+    return out, f"whatif on profile {profile.name}"

@@ -1,0 +1,370 @@
+"""Simulated runs over a known greedy text: the engine's step (engine.Engine.step), with
+the target's verify replaced by a comparison against the text and every clock by a cost.
+
+Exactness: under greedy decoding the target accepts a draft exactly up to its first
+token that differs from the text, so the accepted counts are those of a real run at the
+same settings. The model-free drafters are the engine's own classes fed the same token
+history; the draft model is replaced by its teacher-forced argmax (SimDraftModel), which
+is what it drafts as long as its own context is the true prefix, i.e. up to the first
+rejected token. Adaptive K runs the engine's own propose_adaptive and controller.
+
+Not modelled: drafts running past an end-of-generation token (the text after it is
+unknown, so they count as rejected there) and, with draft_p_min > 0, the draft's
+confidence after its first wrong token (it is assumed to keep drafting).
+"""
+
+from __future__ import annotations
+
+import codecs
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from specdash.engine.adaptive_draft import propose_adaptive
+from specdash.engine.controller import KController
+from specdash.engine.detector import ContentDetector
+from specdash.engine.drafters.base import Borrowed, Draft, Drafter, NoDrafter
+from specdash.engine.drafters.chain import ChainDrafter
+from specdash.engine.drafters.lookup import PromptLookupDrafter
+from specdash.engine.drafters.suffix import SuffixDrafter
+from specdash.engine.engine import Engine
+from specdash.engine.settings import EngineSettings, SamplingParams
+from specdash.whatif.profile import Profile
+from specdash.whatif.transcript import Forced, Transcript
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+@dataclass
+class Replay:
+    """Costs observed in a real run, replayed step by step instead of the profile's (to
+    check that the controller decides here as it did in the engine): per step
+    (draft_ms as the controller saw it, verify_ms, other_ms), the catch-up each choose()
+    was offered, and the batch costs seeded at calibration."""
+
+    steps: list[tuple[float, float, float]]
+    catch_up: list[float] = field(default_factory=list)
+    seed: dict[int, float] | None = None
+    price: float | None = None
+
+
+class TimedFree:
+    """A model-free drafter (lookup, suffix) with the time of its proposals counted:
+    the profile's `free_ms` per proposal when it has one, else this machine's time."""
+
+    def __init__(self, inner: Drafter, fixed_ms: float | None):
+        self.inner = inner
+        self.name, self.label, self.free = inner.name, inner.label, inner.free
+        self.relative_cost = inner.relative_cost
+        self.fixed_ms = fixed_ms
+        self.spent = 0.0
+        self.prep = 0.0
+
+    def parts(self) -> Sequence[Drafter]:
+        return [self]
+
+    def propose(self, tokens: Sequence[int], k: int, sampling: SamplingParams,
+                rng: np.random.Generator | None) -> Draft:
+        t = time.perf_counter()
+        draft = self.inner.propose(tokens, k, sampling, rng)
+        if self.fixed_ms is None:
+            self.spent += (time.perf_counter() - t) * 1e3
+        elif k > 0:
+            self.spent += self.fixed_ms
+        return draft
+
+    def catch_up_ms(self, tokens: Sequence[int]) -> float:
+        return 0.0
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        self.inner.prefill(tokens)
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def forget(self) -> None:
+        self.inner.forget()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class SimDraftModel:
+    """engine.drafters.draft_model.DraftModelDrafter with its forward passes replaced by
+    the teacher-forced argmax and the profile's costs: the same KV bookkeeping (what it
+    must feed before drafting, what it sat out), so the same catch-up."""
+
+    name = "draft"
+    free = False
+
+    def __init__(self, tr: Transcript, forced: Forced, profile: Profile, label: str,
+                 p_min: float = 0.0, replay: Replay | None = None):
+        self.forced, self.profile, self.label, self.p_min = forced, profile, label, p_min
+        self.seq, self.n_prompt = tr.seq, len(tr.prompt)
+        self.relative_cost = profile.draft_price()
+        self.replay = replay
+        self._kv: list[int] = []
+        self._committed = 0
+        self._catch_up = 0.0  # per token, as last "measured" (the real drafter's EMA)
+        self._choices = 0
+        self.spent = 0.0
+        self.prep = 0.0
+
+    def parts(self) -> Sequence[Drafter]:
+        return [self]
+
+    def _common_prefix(self, tokens: Sequence[int]) -> int:
+        kv, n = self._kv, 0
+        limit = min(len(kv), len(tokens))
+        start = self._committed
+        if start <= limit and (start == 0 or kv[start - 1] == tokens[start - 1]):
+            n = start
+        while n < limit and kv[n] == tokens[n]:
+            n += 1
+        return n
+
+    def catch_up_ms(self, tokens: Sequence[int]) -> float:
+        if self.replay is not None:
+            i = self._choices
+            self._choices += 1
+            return self.replay.catch_up[i] if i < len(self.replay.catch_up) else 0.0
+        behind = len(tokens) - self._common_prefix(tokens) - 2
+        return behind * self._catch_up if behind > 0 else 0.0
+
+    def propose(self, tokens: Sequence[int], k: int, sampling: SamplingParams,
+                rng: np.random.Generator | None) -> Draft:
+        if k <= 0:
+            return Draft.empty(self.name)
+        n = self._common_prefix(tokens)
+        if n == len(tokens):
+            n -= 1
+        del self._kv[n:]
+        m = len(tokens) - n
+        self._kv.extend(tokens[n:])
+        self._committed = len(tokens)
+        feed_ms = self.profile.feed_ms(m)
+        extra = max(m - 2, 0)
+        prep = feed_ms / m * extra
+        if extra:
+            per = feed_ms / m
+            self._catch_up = per if self._catch_up == 0 else self._catch_up + 0.25 * (per - self._catch_up)
+        out: list[int] = []
+        on_text = True
+        decodes = 0
+        j0 = len(tokens) - self.n_prompt  # text position of the first drafted token
+        argmax, top = self.forced.argmax, self.forced.top_p
+        for i in range(k):
+            j = j0 + i
+            if on_text and j < len(argmax):
+                tok = int(argmax[j])
+                if self.p_min > 0 and top[j] < self.p_min:
+                    break
+            else:
+                tok = -1 - i  # its context left the text: unknown, and rejected anyway
+            if on_text and (j >= len(self.seq) or tok != self.seq[j]):
+                on_text = False
+            out.append(tok)
+            if i + 1 < k:
+                decodes += 1
+                self._kv.append(tok)
+        self.spent += feed_ms + decodes * self.profile.draft_ms
+        self.prep += prep
+        return Draft(out, None, self.name, prep_ms=prep)
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        self._kv[:] = tokens[:-1]
+        self._committed = len(self._kv)
+
+    def reset(self) -> None:
+        self._kv.clear()
+        self._committed = 0
+
+    def forget(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class SimResult:
+    drafter: str
+    k: int | None  # None: adaptive
+    steps: int = 0
+    generated: int = 0
+    drafts: int = 0  # steps that drafted something
+    drafted: int = 0
+    accepted: int = 0
+    ms: float = 0.0
+    per_class: dict[str, list[float]] = field(default_factory=dict)  # label -> [tokens, ms]
+    trace: list[tuple[int, int, int, str, str]] = field(default_factory=list)  # per step (k, drafted, accepted, decision, source)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated / (self.ms / 1e3) if self.ms > 0 else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return 1 + self.accepted / self.drafts if self.drafts else 1.0
+
+    def to_json(self, trace: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "drafter": self.drafter, "k": "adaptive" if self.k is None else self.k,
+            "tokens_per_s": self.tokens_per_s, "acceptance_rate": self.acceptance,
+            "mean_accepted_length": self.mean_accepted_length, "steps": self.steps,
+            "generated": self.generated, "drafts": self.drafts, "drafted": self.drafted,
+            "accepted": self.accepted, "ms": self.ms,
+            "per_class": {label: {"tokens": t, "ms": ms, "tokens_per_s": t / ms * 1e3 if ms else 0.0}
+                          for label, (t, ms) in self.per_class.items()},
+        }
+        if trace:
+            out["ks"] = [t[0] for t in self.trace]
+        return out
+
+
+def make_drafter(kind: str, tr: Transcript, profile: Profile, settings: EngineSettings,
+                 replay: Replay | None = None) -> Drafter:
+    """The drafter a session would build for `kind`, its model part simulated."""
+    fixed = profile.free_ms
+
+    # Wrapped as Session.make_drafter wraps them (Borrowed: the session lends its draft
+    # model and suffix memory), so what the engine sees through the loan, this sees too.
+    def model() -> Drafter:
+        assert tr.draft is not None and tr.draft_name is not None
+        return Borrowed(SimDraftModel(tr, tr.draft, profile, tr.draft_name, settings.draft_p_min, replay))
+
+    lookup = lambda: TimedFree(PromptLookupDrafter(settings.lookup_min_ngram, settings.lookup_max_ngram), fixed)  # noqa: E731
+    suffix = lambda: Borrowed(TimedFree(SuffixDrafter(), fixed))  # noqa: E731
+    if kind == "lookup":
+        return lookup()
+    if kind == "suffix":
+        return suffix()
+    if kind == "chain":
+        sources: list[Drafter] = [lookup(), suffix()]
+        if tr.draft is not None:
+            sources.append(model())
+        return ChainDrafter(sources)
+    if kind == "none":
+        return NoDrafter()
+    return model()
+
+
+def _price(drafter: Drafter) -> float | None:
+    """Engine._price_drafter's rule."""
+    costs = [p.relative_cost for p in drafter.parts() if not p.free]
+    known = [c for c in costs if c is not None]
+    return max(known) if known and len(known) == len(costs) else None
+
+
+def simulate(tr: Transcript, drafter: Drafter, profile: Profile, settings: EngineSettings, *,
+             name: str, k: int | None = None, controller: KController | None = None,
+             replay: Replay | None = None) -> SimResult:
+    """One run over the known text: fixed K (k) or adaptive (controller), as the engine
+    would run it with `settings` (k_max, sampling)."""
+    assert (k is None) != (controller is None)
+    res = SimResult(name, k)
+    seq, n_gen, max_tokens = tr.seq, tr.n_generated, tr.max_tokens
+    tokens = list(tr.prompt)
+    detector = ContentDetector()
+    detector.reset(tr.prompt_text)
+    utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+    drafter.reset()
+    drafter.prefill(tokens)
+    # The parts that count their own simulated cost (TimedFree, SimDraftModel).
+    parts: list[Any] = [p if hasattr(p, "spent") else getattr(p, "inner", p) for p in drafter.parts()]
+    parts = [p for p in parts if hasattr(p, "spent")]
+    if controller is not None:
+        controller.new_prompt()
+        controller.price_draft(replay.price if replay is not None else _price(drafter))
+        if controller.needs_costs():
+            if replay is not None and replay.seed is not None:
+                controller.seed_costs(replay.seed)
+            elif replay is None:
+                n_past = len(tokens) - 1
+                controller.seed_costs({n: profile.verify_ms(n) for n in Engine.COST_SIZES
+                                       if n <= tr.n_batch and n_past + n < tr.n_ctx})
+    p = 0
+    while res.generated < max_tokens:
+        n_past = len(tokens) - 1
+        if n_past + 1 >= tr.n_ctx:
+            break
+        room = max(0, min(tr.n_ctx - n_past - 2, max_tokens - res.generated - 1, tr.n_batch - 1))
+        content = detector.label
+        for part in parts:
+            part.spent = part.prep = 0.0
+        decision = ""
+        if controller is not None:
+            draft, kk, decision = propose_adaptive(drafter, tokens, controller, content,
+                                                   min(room, settings.k_max), GREEDY, None)
+        else:
+            assert k is not None
+            kk = min(k, room)
+            draft = drafter.propose(tokens, kk, GREEDY, None)
+        draft = draft.cut(kk)
+        drafted = len(draft.tokens)
+        acc = 0
+        while acc < drafted and p + acc < len(seq) and draft.tokens[acc] == seq[p + acc]:
+            acc += 1
+        committed = seq[p : p + acc + 1]
+        draft_ms: float = sum(part.spent for part in parts)
+        prep: float = sum(part.prep for part in parts)
+        verify_ms = profile.verify_ms(drafted + 1)
+        if acc < drafted and (profile.restore_ms or profile.replay_ms):
+            verify_ms += profile.restore_ms + profile.replay_ms * (acc + 1)
+        other_ms = profile.overhead_ms
+        observed = draft_ms - prep
+        if replay is not None:
+            observed, verify_ms, other_ms = replay.steps[res.steps] if res.steps < len(replay.steps) else (0.0, 0.0, 0.0)
+            draft_ms, prep = observed, 0.0
+        tokens.extend(committed)
+        counted = committed
+        stop = False
+        if tr.eos and p + len(committed) > n_gen:
+            counted, stop = committed[: n_gen - p], True
+        counted = counted[: max_tokens - res.generated]
+        pieces = [utf8.decode(tr.pieces[p + i]) for i in range(len(counted))]
+        detector.update("".join(pieces))
+        step_ms = draft_ms + verify_ms + other_ms
+        res.steps += 1
+        res.generated += len(counted)
+        res.ms += step_ms
+        res.drafted += drafted
+        res.accepted += acc
+        res.drafts += drafted > 0
+        cls = res.per_class.setdefault(content or "text", [0.0, 0.0])
+        cls[0] += len(counted)
+        cls[1] += step_ms
+        res.trace.append((kk, drafted, acc, decision, draft.source if draft.tokens else "none"))
+        if controller is not None:
+            controller.observe(kk, drafted, acc, observed, verify_ms, other_ms, content,
+                               evidence=draft.evidence, source=draft.source)
+        p += len(committed)
+        if stop or p >= len(seq):
+            break
+    return res
+
+
+def sweep(tr: Transcript, kinds: Sequence[str], ks: Sequence[int], profile: Profile,
+          settings: EngineSettings, make_controller: Callable[[], KController],
+          say: Callable[[str], None] = lambda s: None) -> tuple[SimResult, list[SimResult], list[SimResult]]:
+    """(plain, every (drafter, K) at fixed K, adaptive per drafter)."""
+    plain = simulate(tr, NoDrafter(), profile, settings, name="none", k=0)
+    fixed: list[SimResult] = []
+    adaptive: list[SimResult] = []
+    for kind in kinds:
+        label = tr.draft_name if kind not in ("lookup", "suffix", "chain") else kind
+        t0 = time.perf_counter()
+        for k in ks:
+            fixed.append(simulate(tr, make_drafter(kind, tr, profile, settings), profile, settings,
+                                  name=label or kind, k=k))
+        adaptive.append(simulate(tr, make_drafter(kind, tr, profile, settings), profile, settings,
+                                 name=label or kind, controller=make_controller()))
+        say(f"simulated {label}: K={min(ks)}..{max(ks)} and adaptive in {time.perf_counter() - t0:.1f}s")
+    return plain, fixed, adaptive

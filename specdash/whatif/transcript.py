@@ -1,0 +1,239 @@
+"""The known greedy text a what-if works on, and what teacher forcing says about it.
+
+From a prompt: the real engine generates it once at K=0 (plain greedy decoding). From a
+recording made at temperature 0: the text is already there. Then one batched pass of
+the draft model over prompt + text gives its argmax at every position (what it would
+draft on the true prefix), and one of the target gives the top-two gap everywhere
+(where a batch's rounding could flip a near-tie and the real run's text diverge).
+"""
+
+from __future__ import annotations
+
+import codecs
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from specdash import events as E
+from specdash.engine.llm import LLM
+from specdash.engine.settings import EngineSettings
+from specdash.errors import SpecdashError
+
+Say = Callable[[str], None]
+TIE_GAP = 0.5  # logits; the exactness tests' threshold (tests/test_engine_exact.py)
+_CHUNK = 64  # rows of logits per teacher-forced batch (64 x 151k floats = 39 MB)
+
+
+@dataclass
+class Forced:
+    """A model's teacher-forced predictions: row j is what it predicts for seq[j] after
+    prompt + seq[:j]; one row more than seq (after the whole text)."""
+
+    argmax: np.ndarray  # int
+    top_p: np.ndarray  # probability of the argmax
+    gap: np.ndarray  # top-two logit gap
+
+
+@dataclass
+class Transcript:
+    prompt: list[int]
+    seq: list[int]  # generated tokens, then the end-of-generation token if the run ended on one
+    n_generated: int  # tokens counted as generated (the EOS token is not)
+    eos: bool
+    max_tokens: int
+    n_ctx: int
+    n_batch: int
+    pieces: list[bytes]  # bytes of each seq token
+    prompt_text: str  # the prompt as text, the content detector's prior
+    target: str
+    plain: dict[str, float] = field(default_factory=dict)  # the plain run, measured
+    draft: Forced | None = None
+    draft_name: str | None = None
+    draft_relative_cost: float | None = None  # what the session prices a drafted token at
+    target_forced: Forced | None = None
+
+    @property
+    def full(self) -> list[int]:
+        return self.prompt + self.seq
+
+    def near_ties(self) -> dict[str, list[int]]:
+        """Text positions where a model's top-two gap is below TIE_GAP: there a batch of
+        another size may round the other way (target: the text; draft: a proposal)."""
+        out: dict[str, list[int]] = {}
+        for name, f in (("target", self.target_forced), ("draft", self.draft)):
+            if f is not None:
+                out[name] = [int(j) for j in np.nonzero(f.gap[: len(self.seq)] < TIE_GAP)[0]]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "draft": self.draft_name, "n_prompt": len(self.prompt),
+                "n_generated": self.n_generated, "eos": self.eos, "max_tokens": self.max_tokens,
+                "plain": self.plain, "near_ties": self.near_ties()}
+
+
+def teacher_force(llm: LLM, prompt: Sequence[int], seq: Sequence[int]) -> Forced:
+    """One batched pass over prompt + seq; rows for every position after the prompt."""
+    llm.clear()
+    llm.prefill(list(prompt[:-1]))
+    feed = [prompt[-1], *seq]
+    start = len(prompt) - 1
+    arg, top, gap = [], [], []
+    chunk = min(_CHUNK, llm.n_batch)
+    for i in range(0, len(feed), chunk):
+        part = feed[i : i + chunk]
+        logits = llm.decode(part, start + i, logits="all").astype(np.float64)
+        two = np.partition(logits, -2, axis=1)[:, -2:]
+        m = two[:, 1]
+        arg.append(logits.argmax(axis=1))
+        gap.append(two[:, 1] - two[:, 0])
+        top.append(1.0 / np.exp(logits - m[:, None]).sum(axis=1))
+    llm.clear()
+    return Forced(np.concatenate(arg), np.concatenate(top), np.concatenate(gap))
+
+
+def _pieces(target: LLM, seq: Sequence[int]) -> list[bytes]:
+    return [target.piece(t) for t in seq]
+
+
+def _plain_stats(steps: list[E.StepEvent], summary: E.Summary) -> dict[str, float]:
+    n = max(len(steps), 1)
+    inner = sum(s.draft_ms + s.verify_ms for s in steps)
+    return {"tokens_per_s": summary.tokens_per_s, "steps": float(len(steps)), "decode_s": summary.decode_s,
+            "verify_ms_mean": sum(s.verify_ms for s in steps) / n,
+            "verify_ms_median": statistics.median(s.verify_ms for s in steps) if steps else 0.0,
+            # Everything a step costs outside drafting and the target batch: commit,
+            # detokenize, the detector, the loop and its consumer.
+            "overhead_ms": max(summary.decode_s * 1e3 - inner, 0.0) / n}
+
+
+def from_prompt(settings: EngineSettings, prompt: str, model: str | None, say: Say,
+                progress: Callable[[str, float | None], None] | None = None) -> tuple[Transcript, Any]:
+    """Generate the plain greedy text with the real engine at K=0. Returns the transcript
+    and the Session (its target and draft model stay loaded for `--profile here`)."""
+    from specdash.session import Session
+
+    if not settings.sampling.greedy:
+        raise SpecdashError(f"--temp {settings.sampling.temperature:g}: whatif needs greedy "
+                            "decoding (temperature 0): only then is the text the same whatever drafts it")
+    plain = settings.replace(draft="none", k=0, adaptive=False)
+    say(f"loading {settings.target}")
+    session = Session(plain, progress=progress)
+    try:
+        draft_llm, rel = _draft_model(session, model, say)
+        tokens = session.prompt_tokens(prompt)
+        say(f"generating the plain greedy text ({settings.max_tokens} tokens at most, K=0)")
+        steps: list[E.StepEvent] = []
+        summary = None
+        for ev in session.engine.generate(tokens, settings.max_tokens):
+            if isinstance(ev, E.StepEvent):
+                steps.append(ev)
+            elif isinstance(ev, E.Summary):
+                summary = ev
+        assert summary is not None
+        text = [t for s in steps for t in s.tokens]
+        tr = _finish(session.target, tokens, text, summary.stop_reason, settings, say, draft_llm, model)
+        tr.plain = _plain_stats(steps, summary)
+        tr.draft_relative_cost = rel
+        tr.prompt_text = session.target.detokenize(tokens)
+        return tr, (session, draft_llm)
+    except BaseException:
+        session.close()
+        raise
+
+
+def _draft_model(session: Any, model: str | None, say: Say) -> tuple[LLM | None, float | None]:
+    """The session's draft model (loaded and checked against the target as for a run)
+    and the relative cost it prices a drafted token at."""
+    if model is None:
+        return None, None
+    say(f"loading draft model {model}")
+    lent = session.make_drafter(model)
+    inner: Any = getattr(lent, "inner", lent)  # the session lends it wrapped (Borrowed)
+    return inner.llm, inner.relative_cost
+
+
+def _finish(target: LLM, prompt: list[int], text: list[int], stop: str, settings: EngineSettings, say: Say,
+            draft_llm: LLM | None, model: str | None) -> Transcript:
+    say(f"teacher-forcing the target over {len(text)} tokens (near-ties)")
+    tf = teacher_force(target, prompt, text)
+    seq = list(text)
+    eos = stop == "eos" and target.is_eog(int(tf.argmax[len(text)]))
+    if eos:
+        seq.append(int(tf.argmax[len(text)]))
+    forced = None
+    if draft_llm is not None:
+        say(f"teacher-forcing the draft model {model} over {len(seq)} tokens")
+        forced = teacher_force(draft_llm, prompt, seq)
+    return Transcript(prompt=prompt, seq=seq, n_generated=len(text), eos=eos,
+                      max_tokens=settings.max_tokens if stop != "max_tokens" else len(text),
+                      n_ctx=target.n_ctx, n_batch=target.n_batch, pieces=_pieces(target, seq),
+                      prompt_text=target.detokenize(prompt), target=settings.target,
+                      draft=forced, draft_name=model, target_forced=tf)
+
+
+def from_recording(path: str, settings: EngineSettings, given: set[str], model: str | None, say: Say,
+                   progress: Callable[[str, float | None], None] | None = None) -> tuple[Transcript, Any]:
+    """The first prompt of a recording made by `specdash run --record` at temperature 0.
+    `given`: the engine flags the user gave (they override the recording's settings)."""
+    from specdash.recording import read_recording
+    from specdash.session import Session
+
+    rec = read_recording(path)
+    prompt_text = rec.header.get("prompt")
+    if not isinstance(prompt_text, str):
+        raise SpecdashError(f"--recording {path}: the header has no prompt (record it with "
+                            "`specdash run --record FILE`)")
+    first = next((ev for ev in rec.events if isinstance(ev, E.SettingsEvent)), None)
+    if first is None:
+        raise SpecdashError(f"--recording {path}: no settings line; not a run recording")
+    temps = {ev.temperature for ev in rec.events if isinstance(ev, E.SettingsEvent)}
+    if any(t is None or t > 0 for t in temps):
+        shown = ", ".join("?" if t is None else f"{t:g}" for t in sorted(temps, key=lambda t: t or 0))
+        raise SpecdashError(f"--recording {path}: recorded at temperature {shown}; whatif needs a greedy "
+                            "recording (temperature 0): only then is the text the same whatever drafts it")
+    steps: list[E.StepEvent] = []
+    summary = None
+    n_prefill = None
+    for ev in rec.events:
+        if isinstance(ev, E.PrefillEvent) and n_prefill is None:
+            n_prefill = ev.n_tokens
+        elif isinstance(ev, E.StepEvent):
+            steps.append(ev)
+        elif isinstance(ev, E.Summary):
+            summary = ev
+            break
+    if summary is None or not steps:
+        raise SpecdashError(f"--recording {path}: no finished run in it ({rec.problem or 'no summary line'})")
+    changes: dict[str, Any] = {"draft": "none", "k": 0, "adaptive": False}
+    if "target" not in given:
+        changes["target"] = first.target_path or first.target
+    for key in ("raw", "ctx", "max_tokens"):
+        value = getattr(first, key)
+        if key not in given and value is not None:
+            changes[key] = value
+    plain = settings.replace(**changes)
+    say(f"loading {plain.target}")
+    session = Session(plain, progress=progress)
+    try:
+        draft_llm, rel = _draft_model(session, model, say)
+        tokens = session.prompt_tokens(prompt_text)
+        if n_prefill is not None and n_prefill != len(tokens) - 1:
+            raise SpecdashError(f"--recording {path}: its prompt was {n_prefill + 1} tokens, this target "
+                                f"makes {len(tokens)}: record and replay with the same target and --raw")
+        text = [t for s in steps for t in s.tokens]
+        tr = _finish(session.target, tokens, text, summary.stop_reason, plain, say, draft_llm, model)
+        tr.plain = _plain_stats(steps, summary)
+        tr.draft_relative_cost = rel
+        return tr, (session, draft_llm)
+    except BaseException:
+        session.close()
+        raise
+
+
+def decode_pieces(pieces: Sequence[bytes]) -> list[str]:
+    """Text of each token as the engine shows it (incomplete UTF-8 waits for the rest)."""
+    dec = codecs.getincrementaldecoder("utf-8")("replace")
+    return [dec.decode(p) for p in pieces]

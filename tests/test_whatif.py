@@ -1,0 +1,375 @@
+"""`specdash whatif`: the simulation is exact where it claims to be, profiles refuse bad
+input in one line, and the controller decides in the simulation as it does in the engine.
+
+Real models: SmolLM2-135M as the target (lookup, suffix), and with its own Q4_0 as the
+draft model (the small same-vocab pair of tests/test_fuzz_exact.py)."""
+
+from __future__ import annotations
+
+import json
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import assert_usage_error, specdash
+from specdash import events as E
+from specdash.engine.controller import CostModelController
+from specdash.engine.settings import EngineSettings
+from specdash.whatif.profile import BUILTIN, Profile, load_profile, parse_profile
+from specdash.whatif.simulate import Replay, SimResult, make_drafter, simulate
+from specdash.whatif.transcript import Transcript, from_prompt
+
+_spec = importlib.util.spec_from_file_location(
+    "fuzz_exact", Path(__file__).resolve().parent.parent / "benchmarks" / "fuzz_exact.py")
+assert _spec is not None and _spec.loader is not None
+F = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("fuzz_exact", F)
+_spec.loader.exec_module(F)
+
+TOKENS = 64
+PROMPTS = (
+    "Write the numbers from 1 to 400, separated by commas.",
+    "Write a Python function `merge_intervals(intervals)` that merges overlapping intervals, with a docstring "
+    "and three doctest examples.",
+)
+# Costs do not matter for acceptance; a fixed profile keeps these tests off the clock.
+FLAT = Profile(name="test", verify={1: 10.0, 9: 14.0, 33: 26.0}, draft_ms=1.0, batch_ms=0.3, free_ms=0.05,
+               overhead_ms=0.2)
+
+
+@pytest.fixture(scope="module")
+def small_draft(tmp_path_factory) -> Path:
+    return F.make_small_draft(tmp_path_factory.mktemp("whatif-draft"))
+
+
+def settings(smol: Path, draft: str, k: int = 0, **kw) -> EngineSettings:
+    return EngineSettings(target=str(smol), draft=draft, k=k, threads=1, ctx=1024, max_tokens=TOKENS, **kw)
+
+
+@pytest.fixture(scope="module")
+def transcripts(smol_path, small_draft) -> list[Transcript]:
+    """Each prompt's plain greedy text (the real engine at K=0) with the draft model's
+    teacher-forced pass."""
+    out = []
+    for prompt in PROMPTS:
+        tr, (session, _) = from_prompt(settings(smol_path, str(small_draft)), prompt, str(small_draft),
+                                       lambda s: None)
+        session.close()
+        out.append(tr)
+    return out
+
+
+def real_run(s: EngineSettings, prompt: str, controller=None, model: Path | None = None
+             ) -> tuple[list[E.StepEvent], E.Summary]:
+    """A real greedy run; `model`: the draft model a chain ends with (loaded first, as the
+    session's chain model, then swapped to the chain)."""
+    from specdash.session import Session
+
+    session = Session(s.replace(draft=str(model)) if model else s, controller=controller)
+    if model:
+        session.send(E.SetDrafter(s.draft))
+    try:
+        events = list(session.run(prompt))
+    finally:
+        session.close()
+    steps = [ev for ev in events if isinstance(ev, E.StepEvent)]
+    summary = next(ev for ev in events if isinstance(ev, E.Summary))
+    return steps, summary
+
+
+def agreeing_steps(tr: Transcript, steps: list[E.StepEvent], near_ties: list[str], what: str) -> int:
+    """How many leading real steps committed the same text as the plain run; a divergence
+    must sit at a near-tie of the target (batch rounding), and is reported."""
+    real = [t for s in steps for t in s.tokens]
+    d = next((i for i, (a, b) in enumerate(zip(real, tr.seq)) if a != b), min(len(real), tr.n_generated))
+    if d < min(len(real), tr.n_generated):
+        ties = tr.near_ties()["target"]
+        assert d in ties, f"{what}: the text diverged from the plain run at token {d}, not at a near-tie ({ties})"
+        near_ties.append(f"whatif {what}: text diverged at a target near-tie, token {d}")
+    n, end = 0, 0
+    for s in steps:
+        end += len(s.tokens)
+        if end > d:
+            break
+        n += 1
+    return n
+
+
+def assert_same_steps(tr: Transcript, sim: SimResult, steps: list[E.StepEvent], near_ties: list[str],
+                      what: str, decisions: bool = False) -> None:
+    n = agreeing_steps(tr, steps, near_ties, what)
+    assert n > 0
+    draft_ties = set(tr.near_ties().get("draft", []))
+    p = past_eos = 0
+    for i, (ev, (k, drafted, acc, decision, source)) in enumerate(zip(steps[:n], sim.trace)):
+        real = (ev.k, ev.drafted, ev.accepted) + ((ev.decision,) if decisions else ())
+        mine = (k, drafted, acc) + ((decision,) if decisions else ())
+        if real != mine and tr.eos and p + acc == len(tr.seq) and ev.accepted > acc and real[:2] == mine[:2]:
+            # Drafts accepted past the end-of-generation token: the text after it is
+            # unknown to the simulation (documented), the run stops here either way.
+            near_ties.append(f"whatif {what}: last step accepted {ev.accepted - acc} draft tokens past EOS")
+            past_eos = ev.accepted - acc
+            p += acc + 1
+            continue
+        if real != mine:
+            # Only the draft model's proposals can differ (batched vs one-token rounding).
+            window = set(range(p, p + max(drafted, ev.drafted) + 1)) if "draft" in (source, ev.drafter) else set()
+            assert window & draft_ties, f"{what} step {i + 1} at token {p}: real {real}, simulated {mine}"
+            near_ties.append(f"whatif {what}: step {i + 1} differs at a draft near-tie")
+            if tr.draft is not None and not decisions and sim.drafter == "model":
+                check_each_model_step(tr, steps[i:n], p, draft_ties, near_ties, what)
+            return  # the simulated path parts from the real one here
+        p += acc + 1
+    if n == len(steps):
+        assert sim.steps == len(steps)
+        assert (sim.drafted, sim.accepted + past_eos) == (sum(s.drafted for s in steps), sum(s.accepted for s in steps))
+
+
+def check_each_model_step(tr: Transcript, steps: list[E.StepEvent], p: int, ties: set[int],
+                          near_ties: list[str], what: str) -> None:
+    """After the paths part: each remaining real step on its own. The draft model drafts
+    its teacher-forced argmax from the true prefix, so a step at p with K drafted accepts
+    the run of positions from p where that argmax equals the text."""
+    checked = skipped = 0
+    for ev in steps:
+        acc = 0
+        while acc < ev.drafted and p + acc < len(tr.seq) and tr.draft.argmax[p + acc] == tr.seq[p + acc]:
+            acc += 1
+        if ev.accepted != acc:
+            assert set(range(p, p + max(acc, ev.accepted) + 1)) & ties, \
+                f"{what} at token {p}: real accepted {ev.accepted}, teacher-forced {acc}"
+            skipped += 1
+        checked += 1
+        p += len(ev.tokens)
+    near_ties.append(f"whatif {what}: {checked} later steps checked one by one, {skipped} at draft near-ties")
+
+
+@pytest.mark.parametrize("kind,k", [("lookup", 2), ("lookup", 8), ("suffix", 4), ("chain", 4), ("model", 3), ("model", 8)])
+def test_simulated_acceptance_equals_a_real_greedy_run(kind, k, smol_path, small_draft, transcripts, near_ties):
+    spec = str(small_draft) if kind == "model" else kind
+    s = settings(smol_path, spec, k)
+    for prompt, tr in zip(PROMPTS, transcripts):
+        steps, _ = real_run(s, prompt, model=small_draft if kind == "chain" else None)
+        sim = simulate(tr, make_drafter(spec, tr, FLAT, s), FLAT, s, name=kind, k=k)
+        assert_same_steps(tr, sim, steps, near_ties, f"{kind} K={k} on {prompt[:20]!r}")
+
+
+class Recorder(CostModelController):
+    """The engine's controller, noting what the engine told it."""
+
+    def __init__(self, **kw):
+        self.seed: dict[int, float] | None = None
+        self.prices: list[float | None] = []
+        self.catch_up: list[float] = []
+        self.observed: list[tuple[float, float, float]] = []
+        super().__init__(**kw)
+
+    def seed_costs(self, ms):
+        self.seed = dict(ms)
+        super().seed_costs(ms)
+
+    def price_draft(self, relative_cost):
+        self.prices.append(relative_cost)
+        super().price_draft(relative_cost)
+
+    def choose(self, content, catch_up_ms=0.0):
+        self.catch_up.append(catch_up_ms)
+        return super().choose(content, catch_up_ms)
+
+    def observe(self, k, drafted, accepted, draft_ms, verify_ms, other_ms, content, evidence=0, source=""):
+        self.observed.append((draft_ms, verify_ms, other_ms))
+        super().observe(k, drafted, accepted, draft_ms, verify_ms, other_ms, content, evidence, source)
+
+
+@pytest.mark.parametrize("kind", ["lookup", "model", "chain"])
+def test_simulated_controller_decides_as_the_engine_did(kind, smol_path, small_draft, transcripts, near_ties):
+    """Fed the costs the engine measured, step by step, the simulation's adaptive run
+    makes the engine's choices: same K, same draft, same reason, every step."""
+    spec = str(small_draft) if kind == "model" else kind
+    s = settings(smol_path, spec, 4, adaptive=True)
+    # Keeps probing (no verdict that the draft model cannot pay), like the fuzz tests: on
+    # this CPU the real verdict would leave nothing to compare but K=0.
+    params = dict(k_min=s.k_min, k_max=s.k_max, k_init=s.k, verdict_margin=0.0, probe_every=4)
+    for prompt, tr in zip(PROMPTS, transcripts):
+        ctl = Recorder(**params)
+        steps, _ = real_run(s, prompt, controller=ctl, model=small_draft if kind == "chain" else None)
+        replay = Replay(steps=ctl.observed, catch_up=ctl.catch_up, seed=ctl.seed, price=ctl.prices[-1])
+        sim = simulate(tr, make_drafter(spec, tr, FLAT, s, replay), FLAT, s, name=kind,
+                       controller=CostModelController(**params), replay=replay)
+        assert len({t[0] for t in sim.trace}) > 1 or kind == "lookup"  # the controller did decide
+        assert_same_steps(tr, sim, steps, near_ties, f"adaptive {kind} on {prompt[:20]!r}", decisions=True)
+
+
+# --- profiles -----------------------------------------------------------------------------
+def test_shipped_profiles_parse_and_interpolate():
+    for name in BUILTIN:
+        p = load_profile(name)
+        assert p.name == name and p.note and p.verify_ms(1) > 0
+        assert p.verify_ms(33) >= p.verify_ms(1)
+    epyc = load_profile("epyc-32b")
+    assert epyc.verify_ms(1) == pytest.approx(1000 / 2.89, rel=0.01)
+    assert epyc.verify_ms(25) == pytest.approx(1.3 * epyc.verify_ms(1), rel=0.01)
+    assert epyc.verify_ms(13) == pytest.approx((346 + 450) / 2)
+    assert epyc.draft_ms == 12.0
+    gpu = load_profile("gpu-like")
+    assert gpu.verify_ms(33) < 1.2 * gpu.verify_ms(1)
+
+
+def test_profile_round_trips_through_toml():
+    text = FLAT.to_toml()
+    back = parse_profile(text, "x.toml")
+    assert back.verify == FLAT.verify and back.draft_ms == FLAT.draft_ms and back.batch_ms == FLAT.batch_ms
+    assert back.free_ms == FLAT.free_ms and back.overhead_ms == pytest.approx(FLAT.overhead_ms)
+
+
+BAD = [
+    ("name = \n", "invalid TOML"),
+    ('name = "x"\n[verify_ms]\n1 = 5\nspeed = 3\n', "[verify_ms] key 'speed'"),
+    ('name = "x"\n[verify_ms]\n1 = -5\n', "[verify_ms] 1"),
+    ('name = "x"\n', "[verify_ms] missing"),
+    ('[verify_ms]\n1 = 5\n', "name"),
+    ('name = "x"\nverify = 3\n[verify_ms]\n1 = 5\n', "unknown key 'verify'"),
+    ('name = "x"\n[verify_ms]\n1 = 5\n[draft]\nms_per_tok = 3\n', "unknown key [draft] 'ms_per_tok'"),
+    ('name = "x"\n[verify_ms]\n1 = 5\n[draft]\nms_per_token = "fast"\n', "[draft] ms_per_token"),
+    ('name = "x"\n[verify_ms]\n1 = 5\n[checkpoint]\nrestore_ms = true\n', "[checkpoint] restore_ms"),
+]
+
+
+@pytest.mark.parametrize("text,needle", BAD)
+def test_bad_profile_is_one_line_exit_2(text, needle, tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    proc = specdash("whatif", "--prompt", "hi", "--profile", str(path))
+    assert_usage_error(proc, str(path), needle)
+
+
+def test_missing_profile_and_bad_flags_are_one_line(tmp_path):
+    assert_usage_error(specdash("whatif", "--prompt", "hi", "--profile", str(tmp_path / "no.toml")),
+                       "no.toml", "epyc-32b")
+    assert_usage_error(specdash("whatif", "--prompt", "hi", "--temp", "0.7"), "greedy")
+    assert_usage_error(specdash("whatif", "--ks", "0,4"), "--ks")
+    assert_usage_error(specdash("whatif", "--drafters", "lookup,magic"), "--drafters")
+    assert_usage_error(specdash("whatif"), "--prompt", "--recording")
+
+
+# --- the command, end to end ---------------------------------------------------------------
+def test_whatif_from_a_recording(smol_path, tmp_path):
+    """A temperature-0 recording is simulated on a shipped profile; a sampled one is refused."""
+    rec = tmp_path / "run.jsonl"
+    base = ["--target", str(smol_path), "--threads", "1", "--ctx", "1024", "--max-tokens", "24"]
+    made = specdash("run", *base, "--draft", "lookup", "--k", "4", "--prompt", PROMPTS[0], "--record", str(rec))
+    assert made.returncode == 0, made.stderr
+    out = tmp_path / "report.json"
+    proc = specdash("whatif", "--recording", str(rec), "--target", str(smol_path), "--threads", "1",
+                    "--draft", "lookup", "--profile", "epyc-32b", "--ks", "1-4,16", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "oracle best" in proc.stdout and "<- oracle best" in proc.stdout
+    assert "adaptive / best fixed" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["profile"]["name"] == "epyc-32b"
+    assert report["transcript"]["n_generated"] == 24
+    assert {r["drafter"] for r in report["fixed"]} == {"lookup", "suffix", "chain"}
+    assert sorted({r["k"] for r in report["fixed"]}) == [1, 2, 3, 4, 16]
+    best = max([*report["fixed"], report["plain"]], key=lambda r: r["tokens_per_s"])
+    assert (report["oracle"]["drafter"], report["oracle"]["k"]) == (best["drafter"], best["k"])
+    assert [r["k"] for r in report["adaptive"]] == ["adaptive"] * 3
+    # The recorded run drafted with lookup at K=4: the simulation counts the same.
+    steps = [ev for ev in map(json.loads, rec.read_text().splitlines()) if ev.get("event") == "step"]
+    sim = next(r for r in report["fixed"] if r["drafter"] == "lookup" and r["k"] == 4)
+    real = (sum(s["drafted"] for s in steps), sum(s["accepted"] for s in steps), len(steps))
+    assert (sim["drafted"], sim["accepted"], sim["steps"]) == real
+
+    hot = tmp_path / "hot.jsonl"
+    made = specdash("run", *base, "--draft", "lookup", "--temp", "0.8", "--prompt", "Say hi.",
+                    "--record", str(hot))
+    assert made.returncode == 0, made.stderr
+    assert_usage_error(specdash("whatif", "--recording", str(hot), "--profile", "epyc-32b"), "temperature 0.8",
+                       str(hot))
+
+
+def test_a_text_ending_on_eos_is_simulated_to_the_same_end(smol_path, small_draft, near_ties):
+    """The run stops on an end-of-generation token inside a step: the simulation knows
+    the token (the target's teacher-forced argmax after the text) and stops there too."""
+    prompt = "Say hello in one short sentence."
+    tr, (session, _) = from_prompt(settings(smol_path, str(small_draft)), prompt, str(small_draft), lambda s: None)
+    session.close()
+    assert tr.eos and tr.n_generated < TOKENS and len(tr.seq) == tr.n_generated + 1
+    for spec in ("lookup", str(small_draft)):
+        s = settings(smol_path, spec, 4)
+        steps, summary = real_run(s, prompt)
+        assert summary.stop_reason == "eos"
+        sim = simulate(tr, make_drafter(spec, tr, FLAT, s), FLAT, s, name="model" if spec != "lookup" else spec, k=4)
+        assert sim.generated == summary.n_generated or tr.near_ties()["target"]
+        assert_same_steps(tr, sim, steps, near_ties, f"eos {spec[-12:]}")
+
+
+def test_save_profile_writes_what_profile_reads(smol_path, tmp_path):
+    """`--profile here --save-profile F` measures this machine (batches to 33) and writes a
+    profile `--profile F` reads back."""
+    saved = tmp_path / "here.toml"
+    base = ["whatif", "--prompt", "Count from 1 to 20.", "--target", str(smol_path), "--draft", "lookup",
+            "--threads", "1", "--max-tokens", "12", "--ks", "1-2"]
+    proc = specdash(*base, "--save-profile", str(saved))
+    assert proc.returncode == 0, proc.stderr
+    assert "profile here" in proc.stdout
+    prof = load_profile(str(saved))
+    assert prof.name == "here" and min(prof.verify) == 1 and max(prof.verify) == 33
+    again = specdash(*base, "--profile", str(saved))
+    assert again.returncode == 0, again.stderr
+    assert "profile here (measured by specdash whatif" in again.stdout
+
+
+# --- the sweep, with predicted points beside the measured ones ------------------------------
+def test_headless_sweep_with_whatif_predictions(smol_path, tmp_path):
+    out = tmp_path / "sweep.json"
+    proc = specdash("sweep", "--headless", "--target", str(smol_path), "--draft", "lookup", "--threads", "1",
+                    "--ks", "0,4", "--rounds", "1", "--sweep-tokens", "16", "--json", str(out),
+                    "--whatif", "epyc-32b", "--prompt", "Write the numbers from 1 to 60, separated by commas.")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    pred = {p["k"]: p for p in data["predicted"]["points"]}
+    assert data["predicted"]["from"] == "whatif on profile epyc-32b" and set(pred) == {0, 4}
+    assert pred[0]["tokens_per_s"] == pytest.approx(1000 / 346.0, rel=0.01)  # the profile's plain speed
+    # acceptance is the simulation's, which is exact: the measured run at K=4 drafted the same
+    k4 = next(p for p in data["points"] if p["k"] == 4)
+    assert pred[4]["acceptance_rate"] == pytest.approx(k4["acceptance_rate"])
+    assert "predicted" in proc.stdout.splitlines()[0] and "whatif on profile epyc-32b" in proc.stdout
+
+
+def test_sweep_view_draws_predicted_points_before_any_run():
+    from textual.app import App
+
+    from specdash.sweep import Sweep
+    from specdash.tui.screens.sweep import SweepScreen
+
+    before = E.SettingsEvent(source="engine", target="t", drafter="lookup", draft="lookup", k=3)
+    sweep = Sweep("p", before, ks=[0, 2, 4], rounds=1)
+    sweep.predicted, sweep.predicted_from = {0: (10.0, None), 2: (14.0, 0.8), 4: (17.0, 0.7)}, "whatif on profile x"
+
+    from specdash.tui.themes import load_themes
+
+    class Host(App[None]):
+        def on_mount(self) -> None:
+            for theme in load_themes().values():
+                self.register_theme(theme)
+            self.theme = "specdash-dark"  # the charts' colour variables
+            self.push_screen(SweepScreen(sweep))
+
+    async def go() -> None:
+        app = Host()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, SweepScreen)
+            head = str(screen.query_one("#sweep-head").render())
+            assert "predicted (whatif on profile x)" in head
+            from specdash.tui.widgets.plots import Plot
+            key = screen.query_one("#sweep-tps", Plot)._key
+            series = key[0]
+            pts = [s for s in series if s.label == "predicted"]
+            assert pts and pts[0].kind == "points" and pts[0].ys == (10.0, 14.0, 17.0)
+
+    import asyncio
+    asyncio.run(go())
