@@ -2,7 +2,7 @@
 say, nothing escapes as an exception, and every number shown is finite.
 
 1. The exposition parser, the backends and the counter window, through a real
-   RemoteSource whose client answers generated pages: arbitrary metric names (and the
+   RemoteSource whose client answers generated pages (and a generated /props): arbitrary metric names (and the
    ones the backends read), labels, values (NaN, inf, negative, huge, denormal), TYPE
    lines, duplicated series and cut-off text. Every event the source emits has only
    finite numbers, and the event contract accepts it (what a live source emits, a
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -32,7 +33,9 @@ from specdash.remote.window import CounterWindow
 from specdash.sources.remote import RemoteSource
 from specdash.tui.reducer import DashState
 
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# A deeper run, now and then: SPECDASH_PROPERTY_EXAMPLES=2000 pytest tests/test_properties.py
+EXAMPLES = int(os.environ.get("SPECDASH_PROPERTY_EXAMPLES", "60"))
+FAST = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def numbers(value: Any) -> list[float]:
@@ -100,12 +103,43 @@ def page(draw: st.DrawFn) -> str:
     return text
 
 
-def fake_source(pages: list[str]) -> tuple[RemoteSource, list[E.Event]]:
-    """A real RemoteSource whose client answers `pages` in turn (no /props, no /slots)."""
+PROP_NUMBERS = st.one_of(st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.text(max_size=3),
+                         st.floats(allow_nan=True, allow_infinity=True))
+
+
+@st.composite
+def props(draw: st.DrawFn) -> dict[str, Any] | None:
+    """llama-server's /props as a server might answer it (or no /props at all)."""
+    if draw(st.booleans()):
+        return None
+    params = {key: draw(PROP_NUMBERS) for key in ("temperature", "top_p", "top_k", "seed", "n_predict")}
+    return {"default_generation_settings": {"params": params, "n_ctx": draw(PROP_NUMBERS)},
+            "model_path": draw(st.sampled_from(["/m/a.gguf", "none", ""]) | st.text(max_size=4))}
+
+
+@st.composite
+def plausible_page(draw: st.DrawFn) -> str:
+    """A llama-server page that reads well (so the polls get past the numbers to the
+    settings, the deltas and the row), with some noise in it."""
+    drafted = draw(st.integers(0, 10**6))
+    lines = [f"llamacpp:n_decode_total {draw(st.integers(0, 10**6))}",
+             f"llamacpp:tokens_predicted_total {draw(st.integers(0, 10**6))}",
+             f"llamacpp:spec_decode_num_drafts_total {draw(st.integers(0, 10**6))}",
+             f"llamacpp:spec_decode_num_draft_tokens_total {drafted}",
+             f"llamacpp:spec_decode_num_accepted_tokens_total {draw(st.integers(0, drafted))}",
+             f"llamacpp:requests_processing {draw(st.integers(0, 4))}"]
+    lines += [f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {draw(st.integers(0, 99))}'
+              for i in range(draw(st.integers(0, 70)))]
+    lines += draw(st.lists(sample_line(), max_size=2))
+    return "\n".join(lines) + "\n"
+
+
+def fake_source(pages: list[str], props: dict[str, Any] | None = None) -> tuple[RemoteSource, list[E.Event]]:
+    """A real RemoteSource whose client answers `pages` in turn, `props` on /props, no /slots."""
     client = Client(parse_url("http://127.0.0.1:9"))
     answers = iter(pages)
     client.metrics_text = lambda params=None: next(answers)  # type: ignore[method-assign]
-    client.get_json_optional = lambda path, params=None: None  # type: ignore[method-assign]
+    client.get_json_optional = lambda path, params=None: props if path == "/props" else None  # type: ignore[method-assign]
     source = RemoteSource(client.display, client=client)
     emitted: list[E.Event] = []
     source._emit = emitted.append  # as start() would, without the poller thread
@@ -113,9 +147,10 @@ def fake_source(pages: list[str]) -> tuple[RemoteSource, list[E.Event]]:
 
 
 @FAST
-@given(st.lists(page(), min_size=1, max_size=4))
-def test_any_metrics_page_gives_finite_events_the_contract_accepts(pages: list[str]) -> None:
-    source, emitted = fake_source(pages)
+@given(st.lists(page() | plausible_page(), min_size=1, max_size=4), props())
+def test_any_metrics_page_gives_finite_events_the_contract_accepts(pages: list[str],
+                                                                   answer: dict[str, Any] | None) -> None:
+    source, emitted = fake_source(pages, answer)
     try:
         rows = [source.poll_now() for _ in pages]
     finally:
@@ -125,8 +160,8 @@ def test_any_metrics_page_gives_finite_events_the_contract_accepts(pages: list[s
         assert "handling a poll failed" not in row.error and "could not read its answer" not in row.error, row.error
         assert row.state in ("up", "down", "bad"), row
         if row.state == "up":  # (a bad row's error quotes the bad value: that is the point)
-            line = text_row(row).lower()
-            assert " nan" not in line and " inf" not in line, line
+            figures = text_row(row).lower().split("busy/queued", 1)[1]  # after the URL and the model's name
+            assert " nan" not in figures and " inf" not in figures, figures
     for ev in emitted:
         d = E.to_dict(ev)
         assert all(math.isfinite(n) for n in numbers(d)), d
@@ -227,7 +262,7 @@ def event_dict(draw: st.DrawFn) -> dict[str, Any]:
     return loaded
 
 
-@settings(FAST, max_examples=100)
+@settings(FAST, max_examples=max(100, EXAMPLES))
 @given(st.lists(event_dict(), min_size=5, max_size=25))
 def test_any_recorded_fields_are_refused_or_folded_without_an_exception(dicts: list[dict[str, Any]]) -> None:
     state = DashState()

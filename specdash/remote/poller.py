@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from specdash.errors import describe
 from specdash.events import ServerEvent, now
 from specdash.remote.backends import ITL, TTFT, LlamaCppSnapshot, SlotInfo, Snapshot, parse_slots, snapshot
 from specdash.remote.client import Client, RemoteError, model_query
-from specdash.remote.metrics import NotMetricsError, parse
+from specdash.remote.metrics import MAX_READING, NotMetricsError, parse
 from specdash.remote.window import CounterWindow, Delta, acceptance_rate, mean_accepted_length
 
 log = logging.getLogger(__name__)
@@ -299,7 +300,18 @@ class ServerWatch:
             start = snap.start_time if snap.start_time is not None else self.up_since
             if start is not None and self.last_seen is not None:
                 ev.uptime_s = max(0.0, self.last_seen - start)
-        return ev
+        return _figures_shown(ev)
+
+
+def _figures_shown(ev: ServerEvent) -> ServerEvent:
+    """A figure no server can have (a rate over a denormal step count, a quantile from a
+    bucket bound of 1e300) is unknown, not shown: every reading is 0..2^53, but what is
+    derived from them need not be."""
+    for f in dataclasses.fields(ev):
+        value = getattr(ev, f.name)
+        if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= MAX_READING):
+            setattr(ev, f.name, None)
+    return ev
 
 
 def model_status(model: dict[str, Any]) -> str:

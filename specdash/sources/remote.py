@@ -374,10 +374,15 @@ class RemoteSource:
 
         def num(key: str) -> float | None:
             v = params.get(key)
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) <= 2**53:
                 return float(v)
-            return None  # absent, or Infinity/NaN (json reads them): not a setting
+            return None  # absent, or Infinity/NaN/1e300 (json reads them): not a setting
 
+        temperature, top_p = num("temperature"), num("top_p")
+        if temperature is not None:
+            temperature = max(0.0, temperature)  # llama.cpp: a temperature <= 0 is greedy
+        if top_p is not None and not 0.0 <= top_p <= 1.0:
+            top_p = None  # not a probability: the contract would refuse a recording of it
         n_predict = num("n_predict")
         seed = num("seed")
         top_k = num("top_k")
@@ -385,10 +390,10 @@ class RemoteSource:
         path = props.get("model_path")
         ev = E.SettingsEvent(
             source="remote", target=self._target(snap), drafter=self._drafter(snap), k=self._k(snap),
-            temperature=num("temperature"), top_k=int(top_k) if top_k is not None and 0 <= top_k < 2**31 else None,
-            top_p=num("top_p"), seed=int(seed) if seed is not None and 0 <= seed < 2**32 - 1 else None,
-            ctx=n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None,
-            max_tokens=int(n_predict) if n_predict is not None and n_predict > 0 else None,
+            temperature=temperature, top_k=int(top_k) if top_k is not None and 0 <= top_k < 2**31 else None,
+            top_p=top_p, seed=int(seed) if seed is not None and 0 <= seed < 2**32 - 1 else None,
+            ctx=n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and 0 < n_ctx < 2**32 else None,
+            max_tokens=int(n_predict) if n_predict is not None and 0 < n_predict < 2**31 else None,
             target_path=path if isinstance(path, str) and path and path != "none" else None,
             command=command, draft_path=self._draft_path(),
             unavailable=unavailable_controls(snap.backend, router_presets=n_presets), t=now())
