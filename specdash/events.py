@@ -41,6 +41,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from specdash.engine.settings import K_CAP  # imports nothing of ours but errors: no cycle
 from specdash.telemetry.numa import NumaNode, NumaStat
 from specdash.telemetry.process import ProcessStats
 
@@ -511,6 +512,8 @@ PER_POSITION_SUFFIX = "_per_pos"
 
 
 def _number(value: float, where: str) -> None:
+    if 0 <= value <= MAX_NUMBER:  # nearly every number: one comparison (NaN fails it)
+        return
     if value != value or value in (float("inf"), float("-inf")):
         raise ContractError(f"{where}: {value!r} is not a finite number")
     field_ = where.split("[", 1)[0]
@@ -520,6 +523,14 @@ def _number(value: float, where: str) -> None:
         raise ContractError(f"{where}: {_short(value)} is beyond 2^53; no source measures that much")
 
 
+@functools.cache
+def _ruled_fields(cls: type) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """`cls`'s fields under the name rules: fractions, draft lengths, per-position lists."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    return (tuple(n for n in names if n in FRACTIONS), tuple(n for n in names if n in K_FIELDS),
+            tuple(n for n in names if n.endswith(PER_POSITION_SUFFIX)))
+
+
 def _short(value: float) -> str:
     text = repr(value)
     return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
@@ -527,16 +538,20 @@ def _short(value: float) -> str:
 
 def _check_event(event: Any, where: str) -> None:
     """The rules across fields (each number alone was checked as it was read)."""
-    from specdash.engine.settings import K_CAP  # engine.settings imports nothing of ours but errors
-
-    for f in dataclasses.fields(event):
-        value = getattr(event, f.name)
-        if f.name in FRACTIONS and isinstance(value, float) and value > 1:
-            raise ContractError(f"{where}.{f.name}: {value!r} is a fraction; valid: 0..1")
-        if f.name in K_FIELDS and isinstance(value, int) and value > K_CAP:
-            raise ContractError(f"{where}.{f.name}: {value} drafts; valid: 0..{K_CAP}")
-        if f.name.endswith(PER_POSITION_SUFFIX) and isinstance(value, list) and len(value) > K_CAP:
-            raise ContractError(f"{where}.{f.name}: {len(value)} positions; valid: at most {K_CAP}")
+    cls: type = type(event)
+    fractions, ks, per_pos = _ruled_fields(cls)
+    for name in fractions:
+        value = getattr(event, name)
+        if isinstance(value, float) and value > 1:
+            raise ContractError(f"{where}.{name}: {value!r} is a fraction; valid: 0..1")
+    for name in ks:
+        value = getattr(event, name)
+        if isinstance(value, int) and value > K_CAP:
+            raise ContractError(f"{where}.{name}: {value} drafts; valid: 0..{K_CAP}")
+    for name in per_pos:
+        value = getattr(event, name)
+        if isinstance(value, list) and len(value) > K_CAP:
+            raise ContractError(f"{where}.{name}: {len(value)} positions; valid: at most {K_CAP}")
 
     def at_most(small: str, big: str) -> None:
         a, b = getattr(event, small, None), getattr(event, big, None)
