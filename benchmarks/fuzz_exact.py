@@ -94,10 +94,11 @@ class Pair:
     prompts: tuple[str, ...] = CHAT_PROMPTS
     threads: int = 1  # 2 threads spin-wait on each other when the 2 cores are shared: 10-100x slower
     ctx: int = 1024
+    extra_drafters: tuple[str, ...] = ()  # more draft models to swap to (the xvocab pair's same-vocabulary one)
 
     @property
     def drafters(self) -> tuple[str, ...]:
-        return KINDS + ((self.draft_model,) if self.draft_model else ())
+        return KINDS + ((self.draft_model,) if self.draft_model else ()) + self.extra_drafters
 
     def session(self, max_tokens: int) -> Session:
         """A session for fuzzing. Its adaptive controller keeps probing (no verdict that
@@ -167,6 +168,15 @@ def default_pair() -> Pair:
     from specdash.models.resolve import resolve_model
 
     return Pair("default", str(resolve_model("qwen2.5-coder-1.5b")), "qwen2.5-coder-0.5b", ctx=2048)
+
+
+def translated_pair(draft: Path) -> Pair:
+    """SmolLM2-135M drafted for by Gemma-3-270M, another vocabulary (SPM vs BPE), so its
+    drafts go through translation (drafter "xvocab"); the same-vocabulary Q4_0 draft is
+    the other model swapped to and from."""
+    from specdash.models.resolve import resolve_model
+
+    return Pair("xvocab", str(resolve_model("smollm2-135m")), "gemma3-270m", extra_drafters=(str(draft),))
 
 
 def moe_pair(moe: Path, draft: Path | None = None) -> Pair:
@@ -375,7 +385,9 @@ class Result:
         return self.schedule.describe() + "\n" + "\n".join(f"  - {p}" for p in self.problems)
 
 
-SOURCES = {"lookup": {"lookup"}, "suffix": {"suffix"}, "none": set(), "chain": {"lookup", "suffix", "draft"}}
+# What may draft under each setting; a model drafts as "draft", or as "xvocab" through
+# translation when its vocabulary differs from the target's.
+SOURCES = {"lookup": {"lookup"}, "suffix": {"suffix"}, "none": set(), "chain": {"lookup", "suffix", "draft", "xvocab"}}
 
 
 def run_schedule(session: Session, reference: Reference, pair: Pair, schedule: FuzzSchedule, max_tokens: int,
@@ -461,7 +473,7 @@ def run_schedule(session: Session, reference: Reference, pair: Pair, schedule: F
             problems.append(f"{where}: adaptive K={ev.k} > min(k_max {s.k_max}, room {room})")
         if not (0 <= ev.accepted <= ev.drafted <= ev.k):
             problems.append(f"{where}: accepted {ev.accepted}, drafted {ev.drafted}, K {ev.k}")
-        allowed = SOURCES.get(s.draft, {"draft"})
+        allowed = SOURCES.get(s.draft, {"draft", "xvocab"})
         if (ev.drafter == "none") != (ev.drafted == 0) or (ev.drafted and ev.drafter not in allowed):
             problems.append(f"{where}: drafted {ev.drafted} by {ev.drafter!r} with draft={s.draft}")
         last = ev is steps[-1]
@@ -717,7 +729,8 @@ def _say(line: str, out: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pairs", default="small,default,moe", help="comma-separated: small, default, moe")
+    ap.add_argument("--pairs", default="small,default,moe,xvocab",
+                    help="comma-separated: small, default, moe, xvocab (a draft with another vocabulary)")
     ap.add_argument("--schedules", type=int, default=200, help="schedules per pair (default 200)")
     ap.add_argument("--tokens", type=int, default=48, help="tokens per schedule (default 48)")
     ap.add_argument("--seed-base", type=int, default=0, help="first seed (default 0)")
@@ -737,6 +750,8 @@ def main(argv: list[str] | None = None) -> int:
                 pairs.append(default_pair())
             elif name == "moe":
                 pairs.append(moe_pair(make_moe(folder), make_small_draft(folder)))
+            elif name == "xvocab":
+                pairs.append(translated_pair(make_small_draft(folder)))
             else:
                 ap.error(f"--pairs: unknown pair {name!r}")
         _say(f"fuzz_exact: {args.schedules} schedules x {args.tokens} tokens per pair, seeds from {args.seed_base}; "

@@ -3,7 +3,7 @@ how a wrong value becomes one readable line instead of a traceback.
 
 Layout (config.example.toml documents every key with its default):
 
-    [model]        target, draft, threads, ctx, experts
+    [model]        target, draft, translate, threads, ctx, experts
     [speculative]  k, adaptive, k_min, k_max, draft_p_min, lookup_min_ngram, lookup_max_ngram
     [sampling]     temperature, top_k, top_p, seed
     [generation]   max_tokens, raw, prompt, prompt_file

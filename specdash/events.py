@@ -7,7 +7,8 @@ recordings and the bench all speak only this, so the panels cannot tell sources 
 Events (`event` is the tag in JSON; every dict also carries `schema`):
 
     settings   the full settings snapshot, at start and after every change (`command`
-               names the change), plus what the source refuses to change and why
+               names the change), plus the commands the source takes now (`supports`)
+               and why it refuses others
     status     the source's lifecycle: loading (with progress), ready, running, idle,
                error, down (a remote server that stopped answering), ended
     prompt     a new prompt started (the generation panel's title and text)
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 import time
 import types
 import typing
@@ -84,6 +84,7 @@ class SettingsEvent:
     ctx: int | None = None
     max_tokens: int | None = None
     raw: bool | None = None
+    translate: bool | None = None  # a draft with another vocabulary may draft through translation
     experts: int | None = None  # the expert-count override; None = the file's own
     experts_active: int | None = None  # active experts per token, as loaded
     expert_count: int | None = None  # experts in the model; None for a dense model
@@ -91,8 +92,13 @@ class SettingsEvent:
     draft_path: str | None = None  # the draft model's GGUF, when one drafts
     paused: bool = False
     command: str = ""  # the command that caused this snapshot, in command syntax; "" at start
-    # Controls this source cannot honour now, by command name ("k", "draft", ...), with why.
+    # The commands this source takes now, by name (commands_registry: "k", "draft", ...):
+    # anything not listed is refused. `unavailable` says why, for names it knows it cannot.
+    supports: list[str] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)
+    # How the target takes back rejected drafts, e.g. "snapshots (n_rs_seq 16)" or
+    # "checkpoint 1.6 KB + replay"; "" for a KV cache (or unknown).
+    rollback: str = ""
     t: float = 0.0
     event: str = "settings"
 
@@ -141,6 +147,15 @@ class StepEvent:
     content: str = ""  # content detector label (code / json / prose ...), "" when unknown
     adaptive: bool = False
     decision: str = ""  # adaptive controller's reason for this K, "" when fixed
+    # How this step took back rejected drafts on a recurrent/hybrid target: "" (a KV cache),
+    # "snapshots" or "checkpoint"; the ms its save, restore and replay took (target and
+    # draft model, part of the times above) and the bytes checkpointed.
+    rollback: str = ""
+    rollback_ms: float = 0.0
+    checkpoint_bytes: int = 0
+    # Of draft_ms, the time spent translating between vocabularies (a draft model with
+    # another vocabulary, drafter "xvocab"); 0 otherwise and in older recordings.
+    translate_ms: float = 0.0
     event: str = "step"
 
     @property
@@ -387,7 +402,7 @@ class Seek:
 
 @dataclass(frozen=True, slots=True)
 class SetSpeed:
-    """Replay: playback speed, 0.5x to 16x."""
+    """Replay: playback speed, one of SPEEDS."""
 
     speed: float
 
@@ -395,64 +410,23 @@ class SetSpeed:
         return f"speed={self.speed:g}"
 
 
+SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # a replay's speeds (SetSpeed); the UI steps through them
+
 Command = Union[SetK, SetDrafter, SetSampling, SetAdaptive, SetExperts, Pause, Resume, Stop,
                 Forget, NewPrompt, Seek, SetSpeed]
 
-# Command name (as in SettingsEvent.unavailable and the dashboard's controls) per type.
-COMMAND_NAMES: dict[type, str] = {
-    SetK: "k", SetDrafter: "draft", SetSampling: "temp", SetAdaptive: "adaptive",
-    SetExperts: "experts", Pause: "pause", Resume: "pause", Stop: "stop", Forget: "forget",
-    NewPrompt: "prompt", Seek: "seek", SetSpeed: "speed",
-}
-
-SCHEDULE_SYNTAX = ("k=N, draft=lookup|suffix|chain|none|MODEL, temp=T, adaptive=on|off, "
-                   "experts=N, pause=DURATION (e.g. 2s), pause, resume, stop")
+# The vocabulary (each command's name, schedule syntax, parser and dashboard keys) is in
+# specdash/commands_registry.py; these names stay importable from here for callers that
+# predate it. Imported lazily: the registry imports the command types above.
+_FROM_REGISTRY = ("COMMAND_NAMES", "SCHEDULE_SYNTAX", "parse_command")
 
 
-def parse_command(text: str) -> tuple[Command, float]:
-    """One command in schedule syntax -> (command, pause seconds). `pause=2s` means
-    Pause, then Resume after 2 s (the seconds are returned; the caller schedules the
-    Resume). Syntax only: ranges are the source's to refuse, with a notice.
-    Raises ContractError naming the token."""
-    token = text.strip()
-    name, eq, value = token.partition("=")
-    name, value = name.strip().lower(), value.strip()
-    if not eq:
-        simple: dict[str, Command] = {"pause": Pause(), "resume": Resume(), "stop": Stop(), "forget": Forget()}
-        if name in simple:
-            return simple[name], 0.0
-        raise ContractError(f"{token!r}: unknown command; use {SCHEDULE_SYNTAX}")
-    if not value:
-        raise ContractError(f"{token!r}: no value after '='")
-    try:
-        if name == "k":
-            return SetK(_int(value)), 0.0
-        if name in ("draft", "drafter"):
-            return SetDrafter(value), 0.0
-        if name in ("temp", "temperature"):
-            return SetSampling(temperature=float(value)), 0.0
-        if name == "adaptive":
-            on = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}.get(value.lower())
-            if on is None:
-                raise ContractError(f"{token!r}: adaptive takes on or off")
-            return SetAdaptive(on), 0.0
-        if name == "experts":
-            return SetExperts(_int(value)), 0.0
-        if name == "pause":
-            m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|s)?", value)
-            if not m:
-                raise ContractError(f"{token!r}: pause takes a duration like 2s or 500ms")
-            seconds = float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
-            return Pause(), seconds
-    except ValueError:
-        raise ContractError(f"{token!r}: {value!r} is not a number") from None
-    raise ContractError(f"{token!r}: unknown command {name!r}; use {SCHEDULE_SYNTAX}")
+def __getattr__(name: str) -> Any:
+    if name in _FROM_REGISTRY:
+        from specdash import commands_registry
 
-
-def _int(text: str) -> int:
-    if not re.fullmatch(r"[+-]?\d+", text):
-        raise ValueError(text)
-    return int(text)
+        return getattr(commands_registry, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- (de)serialisation --------------------------------------------------------------
@@ -638,5 +612,5 @@ __all__ = [
     "SettingsEvent", "StatusEvent", "PromptEvent", "PrefillEvent", "StepEvent", "CountersEvent",
     "NoticeEvent", "Summary", "TelemetryEvent", "ServerEvent", "ReplayEvent", "NumaNode", "NumaStat", "ProcessStats",
     "SetK", "SetDrafter", "SetSampling", "SetAdaptive", "SetExperts", "Pause", "Resume", "Stop",
-    "Forget", "NewPrompt", "Seek", "SetSpeed", "parse_command", "to_dict", "from_dict", "now",
+    "Forget", "NewPrompt", "Seek", "SetSpeed", "SPEEDS", "parse_command", "to_dict", "from_dict", "now",
 ]

@@ -65,6 +65,11 @@ def server_args(st: SettingsEvent, *, k: int | None = None) -> tuple[list[str], 
                     notes.append("the chain ran without a draft model: exported its lookup part only")
                 else:
                     raise SpecdashError(f"export: the draft model {draft} has no file path in these settings")
+            elif (st.drafter or "").endswith("(translated)"):
+                # llama-server refuses a draft with another vocabulary and then serves with
+                # no speculation at all: exporting -md would only switch it off.
+                notes.append(f"the draft model {draft} has another vocabulary: specdash drafted through "
+                             "translation, which llama-server does not do; exported without it")
             else:
                 types.append("draft-simple")
                 args += ["-md", st.draft_path, "--spec-draft-n-max", str(k)]

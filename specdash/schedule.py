@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdash import events as E
+from specdash.commands_registry import parse_command, schedule_syntax
 from specdash.errors import SpecdashError, read_user_file
 
 
@@ -57,11 +58,11 @@ def parse_line(text: str, where: str) -> list[Entry]:
     except ValueError as exc:  # an unclosed quote
         raise SpecdashError(f"{where}: {rest.strip()!r}: {exc}") from None
     if not tokens:
-        raise SpecdashError(f"{where}: step {step_text} has no command; use {E.SCHEDULE_SYNTAX}")
+        raise SpecdashError(f"{where}: step {step_text} has no command; use {schedule_syntax()}")
     out = []
     for token in tokens:
         try:
-            command, pause_s = E.parse_command(token)
+            command, pause_s = parse_command(token)
         except E.ContractError as exc:
             raise SpecdashError(f"{where}: {exc}") from None
         if isinstance(command, E.Pause) and pause_s <= 0:

@@ -22,6 +22,7 @@ from specdash.engine.drafters.chain import ChainDrafter
 from specdash.engine.drafters.draft_model import DraftModelDrafter
 from specdash.engine.drafters.lookup import PromptLookupDrafter
 from specdash.engine.drafters.suffix import SuffixDrafter
+from specdash.engine.drafters.translated import TranslatedDrafter
 from specdash.engine.engine import Engine, TargetReloadError
 from specdash.engine.experts import expert_info, expert_key
 from specdash.engine.llm import LLM
@@ -43,7 +44,8 @@ class Session:
         comparisons pass engine.controller.ThresholdController, the baseline rule)."""
         self._progress: Progress = progress or (lambda msg, frac: None)
         self._suffix: SuffixDrafter | None = None  # one per session: it remembers earlier outputs
-        self._draft_models: dict[str, DraftModelDrafter] = {}  # loaded once, lent on every swap
+        # Loaded once, lent on every swap; a draft with another vocabulary is a TranslatedDrafter.
+        self._draft_models: dict[str, DraftModelDrafter | TranslatedDrafter] = {}
         # The draft model a chain ends with: the configured one, else the last one used.
         self._chain_model = settings.draft if is_model(settings.draft) else None
         self._spec = settings  # what the session was built with; the engine owns what is live
@@ -96,7 +98,10 @@ class Session:
                 overrides = {expert_key(probe, experts): experts}
             finally:
                 probe.close()
-        return LLM(self.target_path, n_ctx=s.ctx, n_threads=s.threads, kv_overrides=overrides)
+        # Recurrent-state snapshots for the longest draft the settings allow, where the
+        # architecture has them (llama.cpp ignores it elsewhere; LLM.strategy says which).
+        return LLM(self.target_path, n_ctx=s.ctx, n_threads=s.threads, kv_overrides=overrides,
+                   n_rs_seq=max(s.k, s.k_max))
 
     def _reload_target(self, n: int) -> LLM:
         """The engine's SetExperts: the target again, with `n` active experts."""
@@ -159,21 +164,32 @@ class Session:
             self._suffix = SuffixDrafter()
         return self._suffix
 
-    def _draft_model(self, spec: str) -> DraftModelDrafter:
+    def _draft_model(self, spec: str) -> DraftModelDrafter | TranslatedDrafter:
         if spec in self._draft_models:
             return self._draft_models[spec]
         path = self._resolve_path(spec)
         report = check_pair(self.target_path, path)
-        if not report.compatible:
-            failed = "; ".join(f"{r.name}: {r.evidence}" for r in report.rules if not r.passed)
-            raise SpecdashError(f"draft {spec} is incompatible with target {self._spec.target}: {failed}")
         s = self._spec
-        llm = LLM(path, n_ctx=s.ctx, n_threads=s.threads)
+        if not report.compatible and not s.translate:
+            failed = "; ".join(f"{r.name}: {r.evidence}" for r in report.rules if not r.passed)
+            raise SpecdashError(f"draft {spec} is incompatible with target {s.target}: {failed} "
+                                f"(translate = false: drafts with another vocabulary are refused; "
+                                f"drop --no-translate to draft through translation)")
         label = spec if spec in known_names() else Path(spec).stem
         # Decoding one token on a CPU reads the whole model: its size predicts its cost.
         ratio = path.stat().st_size / max(self.target_path.stat().st_size, 1)
-        drafter = self._draft_models[spec] = DraftModelDrafter(llm, p_min=s.draft_p_min, label=label,
-                                                               relative_cost=ratio)
+        drafter: DraftModelDrafter | TranslatedDrafter
+        if report.compatible:
+            llm = LLM(path, n_ctx=s.ctx, n_threads=s.threads)
+            drafter = DraftModelDrafter(llm, p_min=s.draft_p_min, label=label, relative_cost=ratio)
+        else:
+            # Another vocabulary: its own tokens for the same text can be several times the
+            # target's (49k-token SmolLM2 on CJK), so its context is twice the target's.
+            llm = LLM(path, n_ctx=2 * s.ctx, n_threads=s.threads)
+            target_vocab = LLM(self.target_path, vocab_only=True)
+            drafter = TranslatedDrafter(llm, target_vocab, p_min=s.draft_p_min, label=f"{label} (translated)",
+                                        relative_cost=ratio)
+        self._draft_models[spec] = drafter
         return drafter
 
     # --- running --------------------------------------------------------------------

@@ -87,7 +87,7 @@ class Sweep:
 
     def why_not(self) -> str:
         """"" when this sweep can run on `before`'s source, else why not."""
-        if self.before.source != "engine":
+        if "sweep" not in self.before.supports:
             return "a sweep needs the embedded engine (a recording or a server cannot rerun a prompt)"
         if self.before.draft == "none":
             return "the draft source is none: every K would be plain decoding; choose one with d"

@@ -56,3 +56,67 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("greedy exactness: near-tie mismatches")
         for line in _NEAR_TIES:
             terminalreporter.write_line(line)
+
+
+# ------------------------------------------------ recurrent / hybrid fixtures (issue 19)
+# Random-weight GGUFs written on first use into <cache>/fixtures by
+# tests/fixtures/recurrent_gguf.py (keyed by a hash of the builder's parameters).
+
+def _recurrent_gguf():
+    """tests/fixtures/recurrent_gguf.py, loaded by path: tests/fixtures also holds data
+    directories (vllm/, llamacpp/) that must not become importable packages."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    name = "recurrent_gguf"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "fixtures" / f"{name}.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def recurrent_gguf():
+    """The fixture builder module (fixture_path, target_and_draft, write_fixture...)."""
+    return _recurrent_gguf()
+
+
+@pytest.fixture(scope="session")
+def lfm2_path():
+    """Hybrid (short-conv + attention) that supports recurrent-state snapshots (n_rs_seq)."""
+    return _recurrent_gguf().fixture_path("lfm2")
+
+
+@pytest.fixture(scope="session")
+def lfm2_draft_path():
+    m = _recurrent_gguf()
+    return m.fixture_path("lfm2", perturb=m.DRAFT_PERTURB)
+
+
+@pytest.fixture(scope="session")
+def mamba2_path():
+    """Pure recurrent, no snapshots: rollback is checkpoint + replay."""
+    return _recurrent_gguf().fixture_path("mamba2")
+
+
+@pytest.fixture(scope="session")
+def mamba2_draft_path():
+    m = _recurrent_gguf()
+    return m.fixture_path("mamba2", perturb=m.DRAFT_PERTURB)
+
+
+@pytest.fixture(scope="session")
+def hybrid_ckpt_path():
+    """Hybrid (Mamba2 + attention, granitehybrid) without snapshots: checkpoint + replay
+    with an attention KV to cut back as well."""
+    return _recurrent_gguf().fixture_path("granitehybrid")
+
+
+@pytest.fixture(scope="session")
+def hybrid_ckpt_draft_path():
+    m = _recurrent_gguf()
+    return m.fixture_path("granitehybrid", perturb=m.DRAFT_PERTURB)

@@ -123,6 +123,12 @@ def test_attach_in_tmux_as_a_person_would(server: LlamaServer, tmp_path):
                 break
         assert "Acceptance " in screen and "mean len" in screen, screen
         assert "K 4" in screen and "running" in screen, screen
+        # The footer (the last line) offers what works on a server: a prompt (drive mode),
+        # screenshot, help, quit; not a replay's keys, nor K, drafter, sampling or a sweep.
+        footer = screen.rstrip().splitlines()[-1]
+        assert "new" in footer and "help" in footer and "quit" in footer, footer
+        for word in ("slower", "faster", "-10s", "+10s", "sweep", "adapt", "temp", "pause", "draft"):
+            assert word not in footer, (word, footer)
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
         for _ in range(40):
             time.sleep(0.25)

@@ -84,3 +84,22 @@ def test_unloadable_vocab_is_a_bad_input(capsys, tmp_path):
     err = capsys.readouterr().err
     assert "alien.gguf: llama.cpp could not load its vocabulary" in err
     assert "unknown model architecture: 'alien'" in err
+
+
+# ---------------------------------------------------------- rollback of recurrent models
+
+def test_cli_check_says_how_each_model_rolls_back(capsys, smol_path, hybrid_ckpt_draft_path):
+    assert main(["check", str(smol_path), str(hybrid_ckpt_draft_path)]) == 0
+    out = capsys.readouterr().out
+    assert "target rollback: KV cache (rejected positions are cut off; no extra memory)" in out
+    assert ("draft  rollback: checkpoint + replay: hybrid (granitehybrid) has no llama.cpp snapshots; "
+            "30 KB saved before each verify batch") in out
+
+
+def test_cli_check_snapshot_target_and_recurrent_draft(capsys, lfm2_path, mamba2_draft_path):
+    assert main(["check", str(lfm2_path), str(mamba2_draft_path)]) == 0
+    out = capsys.readouterr().out
+    assert ("target rollback: snapshots (n_rs_seq 16): hybrid (lfm2) is in llama.cpp's snapshot list; "
+            "memory 17 x 2.0 KB recurrent state = 35 KB, 33 KB more than plain; no replay") in out
+    assert "draft  rollback: checkpoint + replay: recurrent (mamba2)" in out and "40 KB saved" in out
+    assert "takes none" not in out

@@ -61,9 +61,10 @@ def test_truncated_gguf(tmp_path, smol_path):
 
 
 def test_incompatible_draft_names_the_rule(gemma_path, target_path):
+    # --no-translate: llama.cpp's strict rules (by default the draft runs through translation).
     proc = specdash("run", "--target", "qwen2.5-coder-1.5b", "--draft", "gemma3-270m", "--threads", "2",
-                    "--prompt", "x")
-    assert_usage_error(proc, "incompatible", "gemma3-270m", "vocab type")
+                    "--prompt", "x", "--no-translate")
+    assert_usage_error(proc, "incompatible", "gemma3-270m", "vocab type", "--no-translate")
 
 
 def test_negative_k():

@@ -93,12 +93,18 @@ def test_invalid_k_is_refused_and_the_old_k_stays(session):
     assert run["summary"].n_generated > 2
 
 
-def test_incompatible_draft_swap_is_refused_and_generation_goes_on(session, gemma_path):
+def test_incompatible_draft_swap_is_refused_and_generation_goes_on(smol_path, gemma_path):
+    # translate=False: llama.cpp's strict rules (by default gemma3-270m drafts through translation).
+    session = Session(EngineSettings(target="smollm2-135m", draft="lookup", k=3, threads=1, ctx=1024, translate=False))
+
     def on_step(ev):
         if ev.step == 2:
             session.send(C.SetDrafter("gemma3-270m"))
 
-    run = collect(session.run(PROMPT, max_tokens=16), on_step)
+    try:
+        run = collect(session.run(PROMPT, max_tokens=16), on_step)
+    finally:
+        session.close()
     warning = next(n for n in run["notices"] if n.level == "warning")
     assert "incompatible" in warning.message and "gemma3-270m" in warning.message
     assert session.settings.draft == "lookup"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +119,85 @@ def test_fuzz_default_pair(default, near_ties, seed):
     check(*default, seed, DEFAULT_TOKENS, near_ties)
 
 
+RECURRENT_TOKENS = 48
+
+
+@pytest.fixture(scope="module", params=["lfm2", "mamba2", "hybrid_ckpt"])
+def recurrent(request):
+    """The recurrent and hybrid fixtures (issue 19) with their perturbed draft models:
+    snapshots (lfm2) and checkpoint + replay (mamba2, granitehybrid) under hot-swaps."""
+    target = request.getfixturevalue(f"{request.param}_path")
+    draft = request.getfixturevalue(f"{request.param}_draft_path")
+    pair = F.Pair(request.param, str(target), str(draft), raw=True, prompts=F.RAW_PROMPTS)
+    session, reference = pair.session(RECURRENT_TOKENS), F.Reference(pair)
+    assert session.engine.target.strategy.kind in ("snapshots", "checkpoint")
+    # Count the rollbacks the schedules made the target take (a fuzz run whose drafts were
+    # all accepted or all rejected whole would prove nothing about them).
+    taken = ROLLBACKS.setdefault(request.param, Counter())
+    real_step = session.engine.step
+
+    def step(run):
+        ev = real_step(run)
+        if 0 < ev.accepted < ev.drafted:
+            taken["partial"] += 1
+        if ev.accepted < ev.drafted:
+            taken[ev.rollback] += 1
+        return ev
+
+    session.engine.step = step
+    yield pair, session, reference
+    reference.close()
+    session.close()
+
+
+@pytest.fixture(scope="module")
+def translated(small_draft):
+    """SmolLM2-135M with Gemma-3-270M drafting through translation, and its own Q4_0."""
+    pair = F.translated_pair(small_draft)
+    session, reference = pair.session(SMALL_TOKENS), F.Reference(pair)
+    yield pair, session, reference
+    reference.close()
+    session.close()
+
+
+ROLLBACKS: dict[str, Counter] = {}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fuzz_recurrent_targets(recurrent, near_ties, seed):
+    check(*recurrent, seed, RECURRENT_TOKENS, near_ties)
+
+
+def test_fuzz_recurrent_targets_took_drafts_back(recurrent, near_ties):
+    """After the schedules above: each target really took back partly rejected drafts."""
+    pair = recurrent[0]
+    taken = ROLLBACKS.get(pair.name, Counter())
+    if not sum(taken.values()):
+        check(*recurrent, 0, RECURRENT_TOKENS, near_ties)  # run alone (-k): one schedule first
+    near_ties.append(f"fuzz {pair.name}: rollbacks {dict(taken)}")
+    assert taken["partial"] > 0, taken
+    assert taken["snapshots" if pair.name == "lfm2" else "checkpoint"] > 0, taken
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fuzz_translated_pair(translated, near_ties, seed):
+    """Random schedules that swap among the translated draft, the same-vocabulary draft
+    model and the model-free sources; plus (seed 0) a fixed schedule that switches to and
+    from the translated draft several times mid-run."""
+    pair, session, reference = translated
+    check(pair, session, reference, seed, SMALL_TOKENS, near_ties)
+    if seed == 0:
+        same_vocab = pair.extra_drafters[0]
+        schedule = F.FuzzSchedule(100, "xvocab", pair.prompts[1], F.Start(k=4, draft=same_vocab, adaptive=False),
+                                  ["2: draft=gemma3-270m", "5: draft=lookup", "7: draft=gemma3-270m k=6",
+                                   f"10: draft={same_vocab} k=3", "12: draft=chain", "15: draft=gemma3-270m k=2",
+                                   "18: adaptive=on", "22: adaptive=off draft=none", "24: draft=gemma3-270m"])
+        result = F.run_schedule(session, reference, pair, schedule, 48)
+        RESULTS.append(result)
+        assert result.ok, result.report()
+        assert {"xvocab", "draft"} <= set(result.sources), result.sources
+
+
 def test_fuzz_summary(near_ties):
     """One line for the terminal summary: how many greedy tokens the fuzz checked here."""
     if not RESULTS:
@@ -180,6 +260,21 @@ def test_sampled_drafter_swaps_keep_the_target_distribution(small):
           f"positions {dict(stats.sources)}, acceptance z {z:+.2f}")
     assert len(stats.pit) >= 500 and len(stats.accepted) >= 300
     assert {"lookup", "suffix", "draft"} <= set(stats.sources)  # the swaps happened
+    assert d <= bound, f"committed tokens do not follow the target: KS {d:.4f} > {bound:.4f}"
+    assert abs(z) <= F.Z_MAX, f"drafts accepted {z:+.2f} standard deviations off the rule"
+
+
+def test_sampled_translated_draft_keeps_the_target_distribution(translated):
+    """The same statistical test with the draft model drafting through translation:
+    its proposals are verified with q one-hot (sample-and-match), so the committed tokens
+    follow the target's distribution and drafts are accepted with probability p(token)."""
+    pair, session, _ = translated
+    stats = F.sampled_stats(session, pair, 4)
+    d, bound = F.uniformity(stats.pit)
+    z = F.acceptance_z(stats.accepted)
+    print(f"\nsampled, translated: {len(stats.pit)} tokens, KS {d:.4f} (bound {bound:.4f}); "
+          f"{len(stats.accepted)} drafted positions {dict(stats.sources)}, acceptance z {z:+.2f}")
+    assert stats.sources["xvocab"] >= 50  # the translated draft drafted
     assert d <= bound, f"committed tokens do not follow the target: KS {d:.4f} > {bound:.4f}"
     assert abs(z) <= F.Z_MAX, f"drafts accepted {z:+.2f} standard deviations off the rule"
 

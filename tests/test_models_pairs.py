@@ -273,28 +273,59 @@ def test_the_target_is_not_its_own_draft(smol_path, tmp_path):
 # ---------------------------------------------------------------------------- recurrent / hybrid
 
 
-def test_recurrent_target_is_flagged(smol_path, tmp_path):
+def test_recurrent_target_says_checkpoint_and_replay(smol_path, tmp_path):
     target = write_model(tmp_path / "mamba.gguf", smol_path, arch="mamba")
     report = pairs_report(target, scan([link(tmp_path / "d", smol_path)]))
-    (warning,) = report.warnings
-    assert warning.startswith("target is recurrent (mamba): its recurrent state cannot be cut back")
-    assert "state checkpoint" in warning and "llama.cpp cannot snapshot this architecture's state" in warning
-    assert report.compatible()  # the vocabulary still matches: the flag is a warning, not a rule
+    assert report.warnings == ()  # rolling back is handled, not a warning any more
+    assert report.rollback.startswith(
+        "rollback: checkpoint + replay: recurrent (mamba) has no llama.cpp snapshots; "
+        "a copy of the recurrent state saved before each verify batch")  # no ssm keys: size unknown
+    assert report.to_dict()["rollback"]["strategy"] == "checkpoint"
+    assert report.compatible()
 
 
-def test_hybrid_target_with_llama_cpp_rollback_says_so(smol_path, tmp_path):
+def test_hybrid_target_with_llama_cpp_snapshots_says_so(smol_path, tmp_path):
     target = write_model(tmp_path / "lfm2.gguf", smol_path, arch="lfm2")
-    (warning,) = pairs_report(target, scan([link(tmp_path / "d", smol_path)])).warnings
-    assert warning.startswith("target is hybrid (lfm2)")
-    assert "llama.cpp can keep such snapshots for this architecture (context parameter n_rs_seq" in warning
+    report = pairs_report(target, scan([link(tmp_path / "d", smol_path)]))
+    assert report.warnings == ()
+    assert report.rollback.startswith(
+        "rollback: snapshots (n_rs_seq 16): hybrid (lfm2) is in llama.cpp's snapshot list")
 
 
-def test_recurrent_draft_ranks_low(smol_path, variants, tmp_path):
+def test_recurrent_draft_without_snapshots_ranks_low(smol_path, variants, tmp_path):
     d = link(tmp_path / "d", smol_path, variants["plus-128"])
     write_model(d / "rwkv.gguf", smol_path, arch="rwkv7")
     verdicts = rank_drafts(d / smol_path.name, scan([d]))
     assert [v.draft.label for v in verdicts] == ["plus-128", "rwkv"]
-    assert verdicts[1].low_tier and "recurrent draft: its state cannot be cut back either" in verdicts[1].notes
+    assert verdicts[1].low_tier
+    assert "recurrent draft, rollback: checkpoint + replay: slower drafting" in verdicts[1].notes
+
+
+def test_fixture_pairs_name_each_drafts_rollback_and_its_memory(
+        lfm2_path, lfm2_draft_path, mamba2_draft_path, hybrid_ckpt_draft_path, tmp_path, private_cache):
+    """Real recurrent/hybrid GGUFs (tests/fixtures/recurrent_gguf.py): each draft's rollback
+    and its memory, from the header."""
+    d = link(tmp_path / "d", lfm2_path, lfm2_draft_path, mamba2_draft_path, hybrid_ckpt_draft_path)
+    report = pairs_report(d / lfm2_path.name, scan([d]))
+    # The lfm2 fixture has 4 short-conv layers of 64 x (3 - 1) F32 values: 2,048 bytes.
+    assert report.target.state_bytes == 2048
+    assert report.rollback.startswith("rollback: snapshots (n_rs_seq 16): hybrid (lfm2) is in llama.cpp's "
+                                      "snapshot list; memory 17 x 2.0 KB recurrent state = 35 KB")
+    by_arch = {v.draft.architecture: v for v in report.compatible()}
+    assert [v.draft.architecture for v in report.compatible()][0] == "lfm2"
+    assert "hybrid draft, rollback: snapshots 35 KB (n_rs_seq 16)" in by_arch["lfm2"].notes
+    assert not any("slower drafting" in n for n in by_arch["lfm2"].notes)  # snapshots: memory only
+    assert "recurrent draft, rollback: checkpoint 40 KB + replay: slower drafting" in by_arch["mamba2"].notes
+    assert "hybrid draft, rollback: checkpoint 30 KB + replay: slower drafting" in by_arch["granitehybrid"].notes
+    # (All three are as large as the target, hence low tier anyway; rwkv above shows the rule.)
+
+
+def test_cli_pairs_prints_the_targets_rollback(lfm2_path, mamba2_draft_path, tmp_path, capsys, private_cache):
+    d = link(tmp_path / "d", lfm2_path, mamba2_draft_path)
+    assert main(["models", "pairs", str(d / lfm2_path.name), str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "rollback: snapshots (n_rs_seq 16): hybrid (lfm2)" in out
+    assert "takes none" not in out and "warning:" not in out
 
 
 def test_target_without_vocabulary_is_an_error(tmp_path, smol_path):

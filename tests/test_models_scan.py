@@ -389,8 +389,27 @@ def test_multi_part_set_with_a_missing_or_broken_part_is_a_problem(smol_path, tm
 def test_recurrent_and_hybrid_architectures_are_flagged(arch, state, rollback, smol_path, tmp_path, private_cache):
     (m,) = scan([write_model(tmp_path / f"{arch}.gguf", smol_path, arch=arch)]).models
     assert (m.architecture, m.state, m.rs_rollback) == (arch, state, rollback)
+    strategy = "kv" if state is None else "snapshots" if rollback else "checkpoint"
+    assert m.rollback == strategy and m.to_dict()["rollback"] == strategy
     if state:
-        assert any(n.startswith(state) for n in m.notes())
+        # No size: these stand-ins carry no ssm/shortconv metadata.
+        note = "rollback: snapshots (n_rs_seq 16)" if rollback else "rollback: checkpoint + replay"
+        assert f"{state}, {note}" in m.notes()
+
+
+def test_fixture_state_sizes_in_the_scan(lfm2_path, mamba2_path, hybrid_ckpt_path, tmp_path, private_cache):
+    """From the metadata: lfm2 4 short-conv layers x 64 x (3 - 1) floats; mamba2 4 layers x
+    (conv 3 x 160 + ssm 16 x 128) floats; granitehybrid 3 Mamba2 layers of the same."""
+    d = link(tmp_path / "d", lfm2_path, mamba2_path, hybrid_ckpt_path)
+    by_arch = {m.architecture: m for m in scan([d]).models}
+    assert {a: m.state_bytes for a, m in by_arch.items()} == {
+        "lfm2": 4 * 4 * 64 * 2, "mamba2": 4 * 4 * (3 * 160 + 16 * 128), "granitehybrid": 3 * 4 * (3 * 160 + 16 * 128)}
+    assert "hybrid, rollback: snapshots 35 KB (n_rs_seq 16)" in by_arch["lfm2"].notes()
+    assert "recurrent, rollback: checkpoint 40 KB + replay" in by_arch["mamba2"].notes()
+    assert "hybrid, rollback: checkpoint 30 KB + replay" in by_arch["granitehybrid"].notes()
+    # The cache round-trips the new field.
+    again = {m.architecture: m for m in scan([d]).models}
+    assert again["mamba2"].state_bytes == by_arch["mamba2"].state_bytes
 
 
 def test_unknown_architecture_with_ssm_keys_is_recurrent(smol_path, tmp_path, private_cache):

@@ -1,4 +1,5 @@
-"""Refusals keep the engine going: an incompatible drafter (gemma3-270m's tokenizer), a
+"""Refusals keep the engine going: an incompatible drafter (gemma3-270m's tokenizer, with
+translation refused: translate = false), a
 missing file, an out-of-range K (65, -1) and an expert count on a dense model are
 refused with a notice, in a schedule and in the dashboard; the settings stay as they
 were and generation goes on.
@@ -40,7 +41,8 @@ def refusals(tmp_path) -> list[tuple[str, str]]:
 
 
 def settings(smol_path, **changes) -> EngineSettings:
-    base = dict(target=str(smol_path), draft="lookup", k=3, threads=1, ctx=1024, max_tokens=90)
+    # translate=False: gemma3-270m's vocabulary would otherwise draft through translation.
+    base = dict(target=str(smol_path), draft="lookup", k=3, threads=1, ctx=1024, max_tokens=90, translate=False)
     return EngineSettings(**{**base, **changes})  # type: ignore[arg-type]
 
 
@@ -91,7 +93,7 @@ def test_refused_by_specdash_run_and_the_text_is_unchanged(smol_path, gemma_path
     plan = tmp_path / "plan.txt"
     plan.write_text("".join(f"{2 * i + 2}: {cmd}\n" for i, (cmd, _) in enumerate(refusals(tmp_path))))
     args = ["run", "--target", str(smol_path), "--draft", "lookup", "--k", "3", "--threads", "1", "--ctx", "1024",
-            "--max-tokens", "60", "--prompt", PROMPT, "--json"]
+            "--max-tokens", "60", "--prompt", PROMPT, "--json", "--no-translate"]
     plain, scheduled = specdash(*args), specdash(*args, "--schedule", str(plan))
     assert plain.returncode == 0 and scheduled.returncode == 0, scheduled.stderr
     events = [json.loads(line) for line in scheduled.stdout.splitlines()]

@@ -167,8 +167,12 @@ async def test_resize_storm_during_generation(tmp_path, smol_path):
             line = str(status.render())
             assert cell_len(line) + PADDING <= width, (width, height, line)
             assert numbers(line) is not None, (width, height, line)
-            if width < 80:
-                assert " ← " not in line or cell_len(line) + PADDING <= width
+            if " ← " in line:
+                # The model names give way before the state's word and the numbers' full
+                # wording: while they show, so do "running" and "K 3 fixed".
+                assert "running" in line and "K 3 fixed" in line, (width, height, line)
+            else:  # at 80 columns and more they always fit (shortened to 8 and 6 cells)
+                assert width < 80, (width, height, line)
             checked += 1
         print(f"\n100 resizes in {time.perf_counter() - t0:.1f}s")
         assert app.engine_state == "running" and app.return_code is None

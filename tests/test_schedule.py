@@ -222,13 +222,13 @@ def test_run_schedule_and_at_apply_every_command_in_the_json_lines(tmp_path, smo
         "3: k=8\n"
         "5: draft=suffix   # copy from earlier output\n"
         "7: k=65 experts=2  # both refused: out of range, a dense model\n"
-        "8: draft=gemma3-270m  # refused: another tokenizer\n"
+        "8: draft=gemma3-270m  # refused: another tokenizer, with --no-translate\n"
         f"9: draft={tmp_path / 'missing.gguf'}\n"
         "10: adaptive=on\n"
         "12: adaptive=off draft=none k=0\n"
     )
     events, stderr = run_json("--draft", "lookup", "--k", "2", "--max-tokens", "60", "--schedule", str(plan),
-                              "--at", "11:k=20", "--at", "13:draft=lookup k=3")
+                              "--at", "11:k=20", "--at", "13:draft=lookup k=3", "--no-translate")
     assert "Traceback" not in stderr
     from specdash.events import from_dict, to_dict
 

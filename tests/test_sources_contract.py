@@ -28,6 +28,10 @@ class ScriptedSource:
         self.events = events
         self.sent: list[E.Command] = []
         self.thread: threading.Thread | None = None
+        self.supports: frozenset[str] = frozenset()  # what it takes: its settings events say
+
+    def presets(self) -> list:
+        return []
 
     def start(self, emit) -> None:
         self.thread = threading.Thread(target=lambda: [emit(ev) for ev in self.events], daemon=True)

@@ -3,7 +3,9 @@ a Session that fails, and telemetry fixed to a fake 2-node sysfs tree.
 
 The replay comes from a real run of the engine (tests/fixtures/replay_*.jsonl, the JSON
 lines `specdash run --json` printed, brought to schema 1: its settings lines filled in
-with the settings that run had); nothing in it is made up.
+with the settings that run had, and with the `supports` list the engine reports for that
+configuration, as `specdash run --json --target smollm2-135m --draft lookup` prints it);
+nothing in it is made up.
 """
 
 from __future__ import annotations

@@ -251,7 +251,6 @@ def open_dashboard(sources: list[Any], args: argparse.Namespace) -> int:
     """The dashboard on `sources` (RemoteSources, not started). One server: its panels,
     the same as the embedded engine's. Several: the fleet table; Enter opens a server's
     panels, Esc comes back. `--record FILE` records what the dashboard receives."""
-    from specdash.engine.settings import EngineSettings
     from specdash.tui.app import DashboardOptions, SpecdashApp
     from specdash.tui.fleet_app import FleetDashboard
 
@@ -259,7 +258,7 @@ def open_dashboard(sources: list[Any], args: argparse.Namespace) -> int:
     app: SpecdashApp
     if len(sources) == 1:
         (source,) = sources
-        app = SpecdashApp(DashboardOptions(settings=EngineSettings(), screenshots_dir=shots),
+        app = SpecdashApp(DashboardOptions(screenshots_dir=shots),
                           source_factory=lambda settings, prompts: source, local_telemetry=False)
     else:
         app = FleetDashboard(sources, screenshots_dir=shots)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rich.text import Text
 
@@ -18,7 +19,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Apply llama.cpp's draft/target compatibility rules (common/speculative.cpp): "
             "same vocabulary type; same add-BOS/add-EOS behaviour and BOS/EOS ids; "
             "vocabulary sizes within 128; identical token text for every id from 5 up. "
-            "Prints each rule with evidence. Exit 0 compatible, 1 not, 2 bad input."
+            "Prints each rule with evidence, and for a pair that fails them whether specdash can "
+            "still speculate through translation (a draft with another vocabulary) and at what cost; "
+            "then how each model will roll back rejected "
+            "draft tokens: KV cache; recurrent-state snapshots (llama.cpp n_rs_seq, for the "
+            "hybrid architectures llama.cpp supports); or checkpoint + replay (every other "
+            "recurrent or hybrid model), with the memory it takes. "
+            "Exit 0 compatible, 1 not (by llama.cpp's rules), 2 bad input."
         ),
     )
     parser.add_argument("target", metavar="TARGET", help="target model: a known name or a GGUF path")
@@ -43,8 +50,23 @@ def run(args: argparse.Namespace) -> int:
         line.append("PASS" if rule.passed else "FAIL", style="bold green" if rule.passed else "bold red")
         line.append(f"  {rule.name:<{width}}  {rule.evidence}")
         out.print(line)
+    for role, path in (("target", target), ("draft ", draft)):
+        out.print(f"{role} {_rollback(path)}", soft_wrap=True)
     if report.compatible:
         out.print(Text("compatible: the draft can speculate for the target", style="green"))
         return 0
     out.print(Text(f"NOT compatible: {len(report.failed())} rule(s) failed", style="red"))
+    if report.translatable:
+        from specdash.models.compat import translation_note
+
+        ratio = Path(draft).stat().st_size / max(Path(target).stat().st_size, 1)
+        out.print(Text(f"specdash {translation_note(ratio)} (refuse with --no-translate)", style="yellow"))
     return 1
+
+
+def _rollback(path: object) -> str:
+    """How this model undoes rejected drafts, from its header (rollback_info.explain).
+    The engine decides by asking llama.cpp at run time; this is the expectation."""
+    from specdash.models.scan import inspect_model
+
+    return inspect_model(str(path)).rollback_text()

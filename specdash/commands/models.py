@@ -105,7 +105,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         description=(
             "Find GGUF files under DIR(s) and list each model from its header and metadata "
             "alone (weights are never read): architecture, parameters, quantization, size, "
-            "vocabulary type and size, BOS/EOS ids, MoE experts, recurrent/hybrid state. "
+            "vocabulary type and size, BOS/EOS ids, MoE experts, recurrent/hybrid state "
+            "and how speculation rolls it back (snapshots or checkpoint + replay, with the "
+            "state size). "
             "Multi-part GGUFs (name-00001-of-00003.gguf) count as one model. Files that "
             "are not usable GGUFs are listed apart with the reason. Without DIR: the "
             "specdash cache, then those of llama.cpp ($LLAMA_CACHE, ~/.cache/llama.cpp), "
@@ -127,9 +129,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "Scan DIR(s) (default: as `models scan`) and check every model found as a "
         "draft for TARGET with `specdash check`'s rules, read from the GGUF headers "
         "(no model is loaded). Incompatible ones are listed with the rule that failed. "
-        "Recurrent/hybrid targets are flagged: they cannot roll back their state, so "
-        "speculation needs state checkpoints. Exit 0 if a compatible draft was found, "
-        "1 if none, 2 bad input."
+        "For a recurrent or hybrid target it says how rejected drafts are rolled back "
+        "(llama.cpp state snapshots, or checkpoint + replay) and the memory that takes. "
+        "Exit 0 if a compatible draft was found, 1 if none, 2 bad input."
     )
     p = actions.add_parser(
         "pairs",
@@ -452,9 +454,12 @@ def _print_pairs(report: PairsReport) -> None:
     out.print(f"  {t.architecture or '-'}, {_params(t.n_params)} params, {t.quant}, "
               f"{_compact_size(t.size)}, vocab {vocab}, BOS/EOS {ids}"
               + (f", {', '.join(t.notes())}" if t.notes() else ""))
+    if t.state:
+        out.print(f"  {report.rollback}", soft_wrap=True)
     for w in report.warnings:
         out.print(Text(f"warning: {w}", style="yellow"))
-    good, bad = report.compatible(), report.incompatible()
+    good, translated = report.compatible(), report.translated()
+    bad = [v for v in report.incompatible() if not v.translation]
     if good:
         table = _table()
         table.title = f"{len(good)} compatible draft(s), best first"
@@ -478,6 +483,21 @@ def _print_pairs(report: PairsReport) -> None:
         out.print(table)
     else:
         out.print(Text("no compatible draft found", style="bold red"))
+    if translated:
+        table = _table()
+        table.title = f"{len(translated)} through translation (another vocabulary), best first"
+        table.title_justify = "left"
+        table.add_column("#", justify="right", no_wrap=True)
+        table.add_column("DRAFT", min_width=12, max_width=28, overflow="ellipsis")
+        table.add_column("FAILED RULE", no_wrap=True)
+        table.add_column("RATIO", justify="right", no_wrap=True)
+        table.add_column("SCORE", justify="right", no_wrap=True)
+        for v in translated:
+            ratio = "-" if v.size_ratio is None else (
+                f"1/{1 / v.size_ratio:.1f}" if v.size_ratio < 1 else f"{v.size_ratio:.1f}x")
+            table.add_row(str(v.rank), _model_cell(v.draft.label, list(v.notes[1:])), v.failed_rule or "-",
+                          ratio, f"{v.score:.0f}", style="dim" if v.low_tier else None)
+        out.print(table)
     if bad:
         table = _table()
         table.title = f"{len(bad)} incompatible"

@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specdash.recording import read_recording
-    from specdash.sources.replay import SPEEDS
+    from specdash.events import SPEEDS
 
     if len(args.files) > 2:
         raise SpecdashError(f"replay takes one recording, or two to compare; got {len(args.files)}")
@@ -46,13 +46,12 @@ def run(args: argparse.Namespace) -> int:
 
         CompareApp(recordings[0], recordings[1], theme=theme, screenshots_dir=shots).run()
         return 0
-    from specdash.engine.settings import EngineSettings
     from specdash.sources.replay import ReplaySource
     from specdash.tui.app import DashboardOptions, SpecdashApp
 
     rec = recordings[0]
     source = ReplaySource(rec.path, speed=args.speed, recording=rec)
-    options = DashboardOptions(settings=EngineSettings(), theme=theme, screenshots_dir=shots)
+    options = DashboardOptions(theme=theme, screenshots_dir=shots)
     app = SpecdashApp(options, source_factory=lambda settings, prompts: source, local_telemetry=False)
     app.run()
     return app.return_code or 0

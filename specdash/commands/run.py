@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 
 from specdash import events as E
+from specdash.commands_registry import SCHEDULE_SYNTAX
 from specdash.commands.common import add_engine_arguments, add_prompt_arguments, load_settings, read_prompt, stderr_progress
 from specdash.events import StepEvent, Summary, to_dict
 
@@ -21,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Without --json the text streams to stdout and a one-line summary goes to stderr; "
         "with --json every event is a JSON object on its own line (specdash/events.py).",
         epilog="Schedules: lines of `STEP: COMMAND ...`, e.g. `10: k=8` or `25: draft=suffix pause=2s`; "
-        f"commands: {E.SCHEDULE_SYNTAX}. Commands are sent after step STEP and apply before the next; "
+        f"commands: {SCHEDULE_SYNTAX}. Commands are sent after step STEP and apply before the next; "
         "with --json each applied command shows as a settings line whose `command` is its text, and "
         "each refused one as a warning notice. # starts a comment.",
     )

@@ -73,6 +73,12 @@ class KController(Protocol):
         """The draft model's predicted cost per token relative to a target step."""
         ...
 
+    def price_rollback(self, save_ms: float, restore_ms: float, replay_ms: dict[int, float]) -> None:
+        """A checkpoint target's rollback, measured by the engine: the save before every
+        drafting step, and on a rejection a restore plus a replay of the n kept tokens
+        (replay_ms: ms per replayed batch of n tokens)."""
+        ...
+
 
 def _check_range(k_min: int, k_max: int) -> None:
     if not 0 <= k_min <= k_max:
@@ -132,6 +138,9 @@ class ThresholdController:
         self.reset()  # the baseline rule starts every prompt afresh
 
     def price_draft(self, relative_cost: float | None) -> None:
+        pass  # the baseline rule looks at acceptance only
+
+    def price_rollback(self, save_ms: float, restore_ms: float, replay_ms: dict[int, float]) -> None:
         pass  # the baseline rule looks at acceptance only
 
     def needs_costs(self) -> bool:
@@ -198,7 +207,7 @@ class _Ema:
 class CostModelController:
     """Chooses K maximising E(K) / cost(K), with
         E(K)    = 1 + a + ... + a^K     expected tokens per step at acceptance a
-        cost(K) = d * K + s(K + 1)      ms per step
+        cost(K) = d * K + s(K + 1) + r(K)   ms per step
     where, all measured online:
       a     per content label: accepted / (accepted + rejections) over recent drafts, the
             estimate of a per-token acceptance that fits E(K) (accepted / drafted would
@@ -213,6 +222,11 @@ class CostModelController:
             interpolated, beyond them extended by the slope of a weighted least-squares
             line c(n) = a + b (n - 1) over the measured sizes, or, with one size
             measured, by `prior_slope` (extra cost per extra token relative to one).
+      r(K)  a checkpoint target's rollback (0 elsewhere, and at K = 0): the checkpoint
+            saved before the batch, plus, when the draft is cut at position j (probability
+            a^j (1 - a)), a restore and a replay of the j + 1 kept tokens. Measured once
+            by the engine's calibration (price_rollback); a rejection there costs a whole
+            extra batch, so long drafts pay only at high acceptance.
     K = 0 is legal. While at 0, every `probe_every` steps (doubling after each probe
     that does not switch speculation back on, up to `probe_max`, and back to the base
     interval when the content label changes) K = `probe_k` is tried for `probe_steps`
@@ -275,11 +289,14 @@ class CostModelController:
         self.verdict_drafts = verdict_drafts
         self.verdict_margin = verdict_margin
         self._step_cost: dict[int, _Ema] = {}
+        # (save ms, restore ms, replay ms per n tokens) of a checkpoint target, else None
+        self._rollback: tuple[float, float, dict[int, float]] | None = None
         self.reset()
 
     def reset(self, target_changed: bool = False) -> None:
         if target_changed:
             self._step_cost.clear()
+            self._rollback = None
         self._draft_ms = _Ema()  # per drafted token, model drafts only
         self._draft_ms_min = float("inf")
         self._acc: dict[str, list[float]] = {}  # label -> [accepted, trials], decayed
@@ -303,7 +320,19 @@ class CostModelController:
         memory-bound). None: unknown, a probe will measure it."""
         self._draft_prior = relative_cost
 
+    def price_rollback(self, save_ms: float, restore_ms: float, replay_ms: dict[int, float]) -> None:
+        self._rollback = (save_ms, restore_ms, dict(replay_ms))
+
     # --- estimates ----------------------------------------------------------------------
+    def rollback_cost(self, a: float, k: int) -> float:
+        """Expected ms a checkpoint target spends taking back a K-token draft at per-token
+        acceptance a: the save, and for each first rejection at j < K (probability
+        a^j (1 - a)) a restore and a replay of j + 1 tokens. 0 for other targets."""
+        if self._rollback is None or k <= 0:
+            return 0.0
+        save, restore, replay = self._rollback
+        return save + sum(a ** j * (1.0 - a) * (restore + _interpolate(replay, j + 1)) for j in range(k))
+
     def alpha(self, content: str) -> float:
         s_all, n_all = self._acc_all
         a_all = (s_all + self.prior_weight * self.prior_alpha) / (n_all + self.prior_weight)
@@ -365,7 +394,7 @@ class CostModelController:
             s = self.step_cost(k + 1)
             if s is None:
                 return {}
-            out[k] = expected_tokens(a, k) / (d * k + s + (catch_up_ms if k else 0.0))
+            out[k] = expected_tokens(a, k) / (d * k + s + (catch_up_ms if k else 0.0) + self.rollback_cost(a, k))
         return out
 
     # --- the interface ------------------------------------------------------------------
@@ -437,7 +466,8 @@ class CostModelController:
         # The best acceptance seen for any kind of text, and no less than 0.95: better
         # than draft models manage on real text, so "cannot pay" means cannot.
         a = max([0.95] + [self.alpha(label) for label in self._acc])
-        best = max(expected_tokens(a, k) / (d * k + self._known_cost(k + 1)) for k in range(1, self.k_max + 1))
+        best = max(expected_tokens(a, k) / (d * k + self._known_cost(k + 1) + self.rollback_cost(a, k))
+                   for k in range(1, self.k_max + 1))
         if best * s1 < self.verdict_margin:  # judged at 95%+ acceptance: a noisy step cannot tip it
             self._hopeless_at = s1
             return True
@@ -466,7 +496,8 @@ class CostModelController:
         a = self.free_alpha(source, evidence)
         lo = min(self.k_min, available)
         hi = min(self.k_max, available)
-        rate = {n: expected_tokens(a, n) / self._known_cost(n + 1) for n in range(lo, hi + 1)}
+        rate = {n: expected_tokens(a, n) / (self._known_cost(n + 1) + self.rollback_cost(a, n))
+                for n in range(lo, hi + 1)}
         best = max(rate, key=rate.__getitem__)
         if best > 0 and lo == 0 and rate[best] < rate[0] * (1.0 + self.hysteresis):
             best = 0
@@ -511,6 +542,19 @@ class CostModelController:
         if drafted > 0:
             self._draft_ms.add(draft_ms / drafted, self.beta)
             self._draft_ms_min = min(self._draft_ms_min, draft_ms / drafted)
+
+
+def _interpolate(points: dict[int, float], n: int) -> float:
+    """points[n], linear between measured sizes, extended by the last segment's slope
+    beyond them (a replay's cost grows about linearly with its tokens)."""
+    if n in points:
+        return points[n]
+    sizes = sorted(points)
+    if len(sizes) == 1:
+        return points[sizes[0]] * n / sizes[0]
+    lo, hi = (sizes[-2], sizes[-1]) if n > sizes[-1] else (sizes[0], sizes[1]) if n < sizes[0] else (
+        max(m for m in sizes if m < n), min(m for m in sizes if m > n))
+    return max(points[lo] + (points[hi] - points[lo]) * (n - lo) / (hi - lo), 0.0)
 
 
 if TYPE_CHECKING:  # the type checker proves both controllers take every call the engine makes

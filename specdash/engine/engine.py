@@ -25,6 +25,7 @@ from specdash.engine.detector import Detector
 from specdash.engine.drafters.base import Drafter
 from specdash.engine.experts import expert_info, expert_key
 from specdash.engine.llm import LLM
+from specdash.engine.rollback import Rollback, calibrate
 from specdash.engine.settings import EngineSettings, SettingError
 from specdash.engine.stats import SpecCounters
 from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
@@ -92,6 +93,9 @@ class Engine:
         self.calibrate_steps = 0  # leading steps of the next generate() run at K=0 (plain reference)
         self._stop = False
         self._needs_refeed = False  # the target was reloaded: rebuild its KV before the next step
+        self._rb = Rollback(target)  # how the target takes back rejected drafts
+        self._told_rollback: object = None  # the target whose rollback strategy was announced
+        self._rollback_priced: object = None  # (target, controller): the controller has its rollback costs
 
     # --- commands -------------------------------------------------------------------
     def send(self, cmd: E.Command) -> None:
@@ -102,12 +106,22 @@ class Engine:
         s = self.settings
         experts = expert_info(self.target, s.experts)  # active count, the file's own when not overridden
         flat = s.flat()
+        # What `_apply` takes now, by command name (commands_registry); the rest is refused.
+        supports = ["k", "temp", "pause", "stop", "forget"]
         unavailable = {"seek": "only a replay can seek", "speed": "only a replay has a speed"}
         if not experts:
             unavailable["experts"] = "the target is a dense model (no experts)"
-        if self._make_drafter is None:
+        elif self._reload_target is None:
+            unavailable["experts"] = "this engine cannot reload the target"
+        else:
+            supports.append("experts")
+        if self._make_drafter is not None:
+            supports.append("draft")
+        else:
             unavailable["draft"] = "this engine cannot swap drafters"
-        if self.controller is None:
+        if self.controller is not None:
+            supports.append("adaptive")
+        else:
             unavailable["adaptive"] = "adaptive K is not available in this engine"
         return SettingsEvent(
             source="engine",
@@ -116,9 +130,11 @@ class Engine:
             expert_count=experts[1] if experts else None,
             paused=self.paused,
             command=command,
+            supports=sorted(supports),
             unavailable=unavailable,
             target_path=self._target_path,
             draft_path=self._draft_path(),
+            rollback=self._rollback().strategy.describe(),
             t=E.now(),
             **flat,
         )
@@ -221,6 +237,7 @@ class Engine:
         self._needs_refeed = True
         if self.controller:  # verify costs measured on the old model no longer hold
             self.controller.reset(target_changed=True)
+            self._rollback_priced = None  # nor its rollback costs
             self._price_drafter()
 
     def _price_drafter(self) -> None:
@@ -244,24 +261,46 @@ class Engine:
 
     def _measure_costs(self, run: Run) -> Iterator[Event]:
         ctl, target = self.controller, self.target
-        if not (self.settings.adaptive and ctl is not None and ctl.needs_costs()):
+        if not (self.settings.adaptive and ctl is not None):
+            return
+        strategy = self._rollback().strategy
+        if strategy.kind == "none" or (strategy.kind != "kv" and not strategy.checkpoint_bytes):
+            return  # nothing to draft (K=0), or no way back from a junk batch
+        # Fixed-K steps teach the controller batch costs, never what a rollback costs.
+        price_rollback = strategy.kind == "checkpoint" and self._rollback_priced != (target, ctl)
+        if not (ctl.needs_costs() or price_rollback):
             return
         sizes = [n for n in self.COST_SIZES if n <= target.n_batch and run.n_past + n < target.n_ctx]
-        ms: dict[int, float] = {}
         t0 = time.perf_counter()
-        for n in sizes:
-            junk = (run.tokens * n)[-n:]  # any valid tokens: only the time is kept
-            t = time.perf_counter()
-            target.decode(junk, run.n_past, logits="all")
-            ms[n] = (time.perf_counter() - t) * 1e3
-            target.kv_truncate(run.n_past)
-        if not ms:
+        cal = calibrate(target, run.n_past, run.tokens, sizes, replay=price_rollback)
+        if not cal.ms:
             return
-        ctl.seed_costs(ms)
-        unit = ms[sizes[0]]
-        curve = ", ".join(f"{n}: {v / unit:.1f}x" for n, v in ms.items() if n > 1)
+        ctl.seed_costs(cal.ms)
+        unit = cal.ms[sizes[0]]
+        curve = ", ".join(f"{n}: {v / unit:.1f}x" for n, v in cal.ms.items() if n > 1)
         yield NoticeEvent("info", f"adaptive K: measured target batch costs in "
                           f"{time.perf_counter() - t0:.1f}s (tokens: cost vs one token) {curve}", t=E.now())
+        if price_rollback:
+            ctl.price_rollback(cal.save_ms, cal.restore_ms, cal.replay_ms)
+            self._rollback_priced = (target, ctl)
+            yield NoticeEvent("info", f"adaptive K: a rejection here costs a restore ({cal.restore_ms:.2f} ms) and a "
+                              f"replay ({', '.join(f'{n}: {v:.1f}' for n, v in cal.replay_ms.items())} ms); "
+                              f"checkpoint {cal.save_ms:.2f} ms per drafting step", t=E.now())
+
+    def _rollback(self) -> Rollback:
+        """The target's rollback (a reload replaces the target, and with it the context)."""
+        if self._rb.llm is not self.target:
+            self._rb = Rollback(self.target)
+        return self._rb
+
+    def _rollback_notice(self) -> Iterator[Event]:
+        """Once per loaded target: how it takes back rejected drafts, when not a KV cache."""
+        if self._told_rollback is self.target:
+            return
+        self._told_rollback = self.target
+        said = self._rollback().strategy.notice(self.target.arch)
+        if said:
+            yield NoticeEvent(*said, t=E.now())
 
     # --- one step -------------------------------------------------------------------
     def step(self, run: Run) -> StepEvent:
@@ -272,6 +311,9 @@ class Engine:
         content = self.detector.label if self.detector is not None else ""
         # Never draft past the context or the token budget: those tokens could not be kept.
         room = max(0, min(target.n_ctx - run.n_past - 2, run.max_tokens - run.generated - 1, target.n_batch - 1))
+        rb = self._rollback()
+        if rb.max_draft is not None:  # a target that cannot take back longer drafts
+            room = min(room, rb.max_draft)
 
         # 1. Draft.
         decision = ""
@@ -288,10 +330,19 @@ class Engine:
             # Called even at K=0: history-keeping drafters (suffix) must see every step.
             draft = self.drafter.propose(run.tokens, k, s.sampling, self.rng)
         draft = draft.cut(k)  # a drafter may not overrun K
+        draft_rb_ms, draft_rb_bytes = _take_draft_rollback(self.drafter)
+        # A padded draft vocabulary (llama.cpp's rule allows up to 128 extra ids) can propose
+        # an id the target does not have: the draft ends before it.
+        beyond = next((i for i, t in enumerate(draft.tokens) if t >= target.n_vocab), None)
+        if beyond is not None:
+            draft = draft.cut(beyond)
         t_draft = time.perf_counter()
 
         # 2. Verify: the last committed token and the draft in ONE batch, logits for all.
-        logits = target.decode([run.tokens[-1], *draft.tokens], run.n_past, logits="all")
+        batch = [run.tokens[-1], *draft.tokens]
+        rb.before(run.n_past, len(draft.tokens))  # a recurrent target: checkpoint first
+        save_ms = rb.take_ms()
+        logits = target.decode(batch, run.n_past, logits="all")
         assert logits is not None
         if s.sampling.greedy:
             argmax = logits.argmax(axis=1)
@@ -304,7 +355,8 @@ class Engine:
 
         # 3. Commit the accepted prefix and the target's own token; roll back the rest.
         if n_acc < len(draft.tokens):
-            target.kv_truncate(run.n_past + 1 + n_acc)
+            rb.keep(run.n_past + 1 + n_acc, batch)
+        restore_ms = rb.take_ms()
         run.n_past += 1 + n_acc
         committed = [*draft.tokens[:n_acc], nxt]
         from_draft = [True] * n_acc + [False]
@@ -344,11 +396,19 @@ class Engine:
             content=content,
             adaptive=s.adaptive,
             decision=decision,
+            # What took the rejected drafts back (a step may outrun the snapshots), else the
+            # target's own way back: a plain step on a recurrent target still names it.
+            rollback=rb.used or (rb.strategy.kind if rb.strategy.kind in ("snapshots", "checkpoint") else ""),
+            rollback_ms=save_ms + restore_ms + draft_rb_ms,
+            checkpoint_bytes=rb.saved_bytes + draft_rb_bytes,
+            translate_ms=draft.translate_ms,
         )
         run.counters.add(ev)
         if self.controller is not None:
+            # The target's step cost without its rollback: the controller prices that
+            # apart (price_rollback), as a function of acceptance.
             self.controller.observe(
-                k, ev.drafted, n_acc, ev.draft_ms - draft.prep_ms, ev.verify_ms, ev.other_ms,
+                k, ev.drafted, n_acc, ev.draft_ms - draft.prep_ms, ev.verify_ms - save_ms, ev.other_ms - restore_ms,
                 content, evidence=draft.evidence, source=draft.source,
             )
         return ev
@@ -370,6 +430,7 @@ class Engine:
         for cmd in pending:
             yield from self._apply(cmd)
         yield self.settings_event()
+        yield from self._rollback_notice()
 
         target = self.target
         target.clear()
@@ -398,8 +459,10 @@ class Engine:
                 run.stop_reason = "stopped"
                 break
             if self._needs_refeed:  # target reloaded (expert count): rebuild its KV
+                self.target.clear()
                 self.target.prefill(run.tokens[:-1])
                 self._needs_refeed = False
+                yield from self._rollback_notice()
             if run.n_past + 1 >= self.target.n_ctx:
                 run.stop_reason = "context"
                 break
@@ -432,6 +495,18 @@ class Engine:
             steps=c.steps,
             t=E.now(),
         )
+
+
+def _take_draft_rollback(drafter: Drafter) -> tuple[float, int]:
+    """(ms, bytes) a recurrent draft model spent taking back its rejected drafts since
+    asked last (its checkpoint and replay), summed over a chain's members."""
+    ms, nbytes = 0.0, 0
+    for part in drafter.parts():
+        take = getattr(getattr(part, "inner", part), "take_rollback", None)
+        if take is not None:
+            part_ms, part_bytes = take()
+            ms, nbytes = ms + part_ms, nbytes + part_bytes
+    return ms, nbytes
 
 
 def iter_queue(q: queue.Queue[E.Command]) -> list[E.Command]:

@@ -15,6 +15,8 @@ import numpy as np
 import llama_cpp as ll
 
 from specdash.engine.llamalog import clear_tail, last_log_error
+from specdash.engine.rollback import Strategy, snapshot_budget
+from specdash.engine.rollback import probe as probe_rollback
 from specdash.errors import SpecdashError
 from specdash.telemetry.cpu import physical_cores
 
@@ -47,7 +49,11 @@ class LLM:
         n_batch: int = 512,
         kv_overrides: dict[str, int | float | bool] | None = None,
         vocab_only: bool = False,
+        n_rs_seq: int = 0,
     ):
+        """n_rs_seq: recurrent-state snapshots to ask for (the longest draft to take back
+        without a checkpoint); llama.cpp keeps them only for some architectures, and a KV
+        cache ignores it. `self.strategy` says what the context really has."""
         self.path = Path(path)
         self.kv_overrides = dict(kv_overrides or {})
         mparams = ll.llama_model_default_params()
@@ -69,6 +75,7 @@ class LLM:
         self._eog: dict[int, bool] = {}
         self.ctx = None
         self._batch = None
+        self.strategy = Strategy("kv")
         if vocab_only:
             return
         self.n_threads = n_threads or physical_cores().count
@@ -78,6 +85,13 @@ class LLM:
         cparams.n_ubatch = n_batch
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
+        # llama.cpp aborts (GGML_ASSERT in llama-batch.cpp) unless n_ubatch > n_rs_seq + 1.
+        requested = max(0, min(n_rs_seq, n_batch - 2))
+        n_rs_seq = 0
+        if requested and (ll.llama_model_is_recurrent(self.model) or ll.llama_model_is_hybrid(self.model)):
+            # Only a recurrent state keeps snapshots, and too many abort context creation.
+            n_rs_seq = snapshot_budget(str(self.path), requested, n_ctx, n_batch)
+        cparams.n_rs_seq = n_rs_seq
         self.ctx = ll.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             why = last_log_error()
@@ -88,6 +102,7 @@ class LLM:
         self.n_batch = n_batch
         self.mem = ll.llama_get_memory(self.ctx)
         self._batch = ll.llama_batch_init(n_batch, 0, 1)
+        self.strategy = probe_rollback(self, requested)
 
     # --- metadata -------------------------------------------------------------------
     def meta(self, key: str) -> str | None:

@@ -85,6 +85,9 @@ LIMITS: tuple[Limit, ...] = (
           "target model: a registry name (see `specdash models list`) or a GGUF path", flag="target"),
     Limit("model", "draft", str, "qwen2.5-coder-0.5b",
           "draft source: a model name or GGUF path, or lookup, suffix, chain, none", flag="draft"),
+    Limit("model", "translate", bool, True,
+          "a draft model with another vocabulary drafts through translation (text to its tokens "
+          "and back); --no-translate refuses such drafts, as llama.cpp does", flag="translate"),
     Limit("model", "threads", int, None, "CPU threads (default: physical cores)", lo=1,
           optional=True, flag="threads"),
     Limit("model", "ctx", int, 4096, "context size in tokens", lo=256, flag="ctx"),
@@ -141,6 +144,7 @@ class EngineSettings:
 
     target: str = _default("target")
     draft: str = _default("draft")  # a model, or one of drafters.KINDS
+    translate: bool = _default("translate")  # a draft with another vocabulary: translate, or refuse it
     k: int = _default("k")
     sampling: SamplingParams = field(default_factory=SamplingParams)
     threads: int | None = _default("threads")

@@ -308,10 +308,12 @@ def _chain_window(
 
 
 def read_gguf_header(
-    path: str | Path, arrays: Collection[str] = (), *, digests: Mapping[str, int] | None = None
+    path: str | Path, arrays: Collection[str] = (), *, digests: Mapping[str, int] | None = None,
+    array_suffixes: tuple[str, ...] = (),
 ) -> GGUFHeader:
     """Parse the header of the GGUF at `path`. Array values are returned as GGUFArray
-    (type and length) except for the keys named in `arrays`, which are read in full.
+    (type and length) except for the keys named in `arrays` or ending in one of
+    `array_suffixes` (per-layer values whose key holds the architecture), read in full.
 
     `digests` maps array keys to a first element index: such an array's GGUFArray gets
     the sha1 of its raw encoding from that element on (equal digests: equal elements)."""
@@ -322,7 +324,8 @@ def read_gguf_header(
             if file_size < 8:
                 raise GGUFError(f"{path}: not a GGUF file (only {file_size} bytes)")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                return _parse(_Reader(buf, path), file_size, frozenset(arrays), digests or {})
+                return _parse(_Reader(buf, path), file_size, frozenset(arrays), digests or {},
+                              array_suffixes)
     except IsADirectoryError:
         raise GGUFError(f"{path}: is a directory, not a GGUF file")
     except OSError as exc:
@@ -360,7 +363,8 @@ def file_type_name(file_type: int) -> str:
     return FILE_TYPES.get(file_type & ~FILE_TYPE_GUESSED, f"ftype {file_type}")
 
 
-def _parse(r: _Reader, file_size: int, arrays: frozenset[str], digests: Mapping[str, int]) -> GGUFHeader:
+def _parse(r: _Reader, file_size: int, arrays: frozenset[str], digests: Mapping[str, int],
+           array_suffixes: tuple[str, ...] = ()) -> GGUFHeader:
     magic = bytes(r.buf[:4])
     if magic != GGUF_MAGIC:
         raise GGUFError(f"{r.path}: not a GGUF file (starts with {magic!r}, expected b'GGUF')")
@@ -377,7 +381,8 @@ def _parse(r: _Reader, file_size: int, arrays: frozenset[str], digests: Mapping[
     for _ in range(n_kv):
         key = r.string()
         vtype = r.unpack("<I")
-        metadata[key] = r.value(vtype, key in arrays, digests.get(key))
+        read = key in arrays or (bool(array_suffixes) and key.endswith(array_suffixes))
+        metadata[key] = r.value(vtype, read, digests.get(key))
 
     tensors = _tensor_infos(r, n_tensors)
 
@@ -426,9 +431,10 @@ def _tensor_infos(r: _Reader, n_tensors: int) -> list[TensorInfo]:
     return tensors
 
 
-def check_gguf(path: str | Path, *, digests: Mapping[str, int] | None = None) -> GGUFHeader:
+def check_gguf(path: str | Path, *, digests: Mapping[str, int] | None = None,
+               array_suffixes: tuple[str, ...] = ()) -> GGUFHeader:
     """read_gguf_header, plus: the file holds all the tensor data the header promises."""
-    header = read_gguf_header(path, digests=digests)
+    header = read_gguf_header(path, digests=digests, array_suffixes=array_suffixes)
     if header.expected_size is not None and header.file_size < header.expected_size:
         raise GGUFError(
             f"{path}: truncated GGUF: {header.file_size:,} bytes but its tensors end at "

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from specdash.errors import SpecdashError
-from specdash.models.compat import Rule, evaluate_rules
+from specdash.models.compat import TRANSLATION_TIER, Rule, evaluate_rules, translation_applies, translation_note
+from specdash.models.rollback_info import short
 from specdash.models.scan import ModelInfo, ScanProblem, ScanResult, inspect_model
 
 # Full size points at this size ratio (target bytes / draft bytes) or more: the research
@@ -50,8 +51,11 @@ RANKING_RULE = (
     f"family (general.basename) or its own weights, {ARCH_POINTS} for the same "
     f"architecture only. Quant, {QUANT_POINTS} x weight: Q8_0 1, Q6_K .9, Q5_K_M .85, "
     f"Q4_K_M .7, Q4_0 .6, F16 .5, Q3_K .45, Q2_K .35, others .3. Drafts over "
-    f"{MAX_USEFUL_SHARE:g} of the target's size, and recurrent/hybrid drafts, rank after "
-    f"all others. SELF: the target's own weights at a lower quant (self-speculation)."
+    f"{MAX_USEFUL_SHARE:g} of the target's size, and recurrent/hybrid drafts without "
+    f"llama.cpp state snapshots (they roll back by checkpoint + replay), rank after all "
+    f"others. Drafts with another vocabulary, which speculate through translation, rank in "
+    f"their own tier ({TRANSLATION_TIER}) after every same-vocabulary draft, by the same score. "
+    f"SELF: the target's own weights at a lower quant (self-speculation)."
 )
 
 
@@ -69,8 +73,16 @@ class PairVerdict:
     rank: int | None  # 1 = best; None when incompatible
     self_speculative: bool  # the target's own weights, quantized harder
     size_ratio: float | None  # draft bytes / target bytes, per token
-    low_tier: bool  # ranked after every other compatible draft (too big, or recurrent)
+    low_tier: bool  # ranked after every other compatible draft (too big, or checkpoint rollback)
     notes: tuple[str, ...]
+    # Fails llama.cpp's rules but can speculate through translation: ranked (`rank`) in
+    # the translated tier, after every compatible draft.
+    translation: bool = False
+
+    @property
+    def tier(self) -> str | None:
+        """"same vocabulary" (compatible), "translated", or None (cannot draft)."""
+        return "same vocabulary" if self.compatible else TRANSLATION_TIER if self.translation else None
 
     @property
     def reason(self) -> str:
@@ -94,6 +106,9 @@ class PairVerdict:
             "reason": self.reason,
             "notes": list(self.notes),
             "rules": [{"name": r.name, "passed": r.passed, "evidence": r.evidence} for r in self.rules],
+            "tier": self.tier,
+            "translation": self.translation,
+            "translation_note": translation_note(self.size_ratio) if self.translation else None,
         }
 
 
@@ -106,38 +121,39 @@ class PairsReport:
     # among them, and the operator should not think the directory held nothing more.
     unreadable: tuple[ScanProblem, ...] = ()
 
+    @property
+    def rollback(self) -> str:
+        """How the target undoes rejected drafts and what that costs (rollback_info)."""
+        return self.target.rollback_text()
+
     def compatible(self) -> list[PairVerdict]:
         return [v for v in self.verdicts if v.compatible]
 
     def incompatible(self) -> list[PairVerdict]:
+        """Every draft that fails llama.cpp's rules (the translated tier first, ranked)."""
         return [v for v in self.verdicts if not v.compatible]
+
+    def translated(self) -> list[PairVerdict]:
+        return [v for v in self.verdicts if v.translation]
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "target": self.target.to_dict(),
             "warnings": list(self.warnings),
+            "rollback": {"strategy": self.target.rollback, "state_bytes": self.target.state_bytes,
+                         "text": self.rollback},
             "ranking_rule": RANKING_RULE,
             "compatible": [v.to_dict() for v in self.compatible()],
+            "translated": [v.to_dict() for v in self.translated()],
             "incompatible": [v.to_dict() for v in self.incompatible()],
             "unreadable": [p.to_dict() for p in self.unreadable],
         }
 
 
 def target_warnings(target: ModelInfo) -> list[str]:
-    """What the operator must know about the target before speculating at all."""
+    """What the operator must know about the target before speculating at all. (How a
+    recurrent or hybrid target rolls back is not a warning: PairsReport.rollback.)"""
     out = []
-    if target.state:
-        rollback = (
-            "llama.cpp can keep such snapshots for this architecture (context parameter "
-            "n_rs_seq, experimental)"
-            if target.rs_rollback
-            else "llama.cpp cannot snapshot this architecture's state"
-        )
-        out.append(
-            f"target is {target.state} ({target.architecture}): its recurrent state cannot "
-            f"be cut back like a KV cache, so rejected draft tokens can only be undone from "
-            f"a state checkpoint; {rollback}, and specdash's engine takes none yet"
-        )
     if target.vocab_only:
         out.append("target is a vocab-only file (no weights): it can be checked, not run")
     return out
@@ -199,8 +215,15 @@ def _score(draft: ModelInfo, target: ModelInfo, self_spec: bool) -> tuple[float,
         else:
             notes.append(f"over {MAX_USEFUL_SHARE:g} of the target's size: unlikely to pay")
     if draft.state:
-        low_tier = True
-        notes.append(f"{draft.state} draft: its state cannot be cut back either")
+        # A recurrent draft rolls back its own state after each rejection too: with
+        # snapshots that costs memory only; with a checkpoint, a state copy every step
+        # and a replay of the accepted tokens after each rejection, on the draft's side.
+        how = f"{draft.state} draft, rollback: {short(draft.rollback, draft.state_bytes)}"
+        if draft.rollback == "snapshots":
+            notes.append(how)
+        else:
+            low_tier = True
+            notes.append(f"{how}: slower drafting")
     if self_spec:
         notes.insert(0, f"SELF: the target at {draft.quant} (self-speculation)")
     how = f"{size_text}, {family_text}, {draft.quant}"
@@ -220,6 +243,13 @@ def _judge(draft: ModelInfo, target: ModelInfo) -> PairVerdict:
     except SpecdashError as exc:  # the file changed or went away since the scan
         return refuse("readable", str(exc))
     failed = [r for r in rules if not r.passed]
+    if failed and not draft.vocab_only and translation_applies(target.vocab, draft.vocab):
+        score, low_tier, how, family, notes = _score(draft, target, False)
+        ratio = _ratio(draft, target)
+        if ratio is not None and ratio >= 1:
+            notes.append("correct but slower than plain decoding")
+        return PairVerdict(draft, False, tuple(rules), failed[0].name, failed[0].evidence, family, score, None,
+                           False, _ratio(draft, target), low_tier, (f"{TRANSLATION_TIER}: {how}", *notes), True)
     if failed:
         return refuse(failed[0].name, failed[0].evidence, rules)
     if draft.vocab_only:
@@ -239,8 +269,8 @@ def _same_file(a: Path, b: Path) -> bool:
 
 def rank_drafts(target: str | Path | ModelInfo, scan_result: ScanResult) -> list[PairVerdict]:
     """Every model of `scan_result` but the target itself, judged as a draft for it:
-    compatible ones first, best first (rank 1, 2, ...), then the incompatible ones by
-    name, each with the rule that failed. `target` is a GGUF path or a ModelInfo."""
+    compatible ones first, best first (rank 1, 2, ...), then those that can only draft
+    through translation (ranked on), then the others by name, each with the rule that failed. `target` is a GGUF path or a ModelInfo."""
     return list(pairs_report(target, scan_result).verdicts)
 
 
@@ -256,13 +286,21 @@ def pairs_report(target: str | Path | ModelInfo, scan_result: ScanResult) -> Pai
         key=lambda v: (v.low_tier, -v.score, v.size_ratio or 0.0, v.draft.label),
     )
     ranked = [_with_rank(v, i) for i, v in enumerate(good, 1)]
-    bad = sorted((v for v in verdicts if not v.compatible), key=lambda v: (v.draft.label, str(v.draft.path)))
+    # Their own tier, after every same-vocabulary draft: translation costs time each step
+    # and acceptance is usually lower.
+    translated = sorted(
+        (v for v in verdicts if v.translation),
+        key=lambda v: (v.low_tier, -v.score, v.size_ratio or 0.0, v.draft.label),
+    )
+    ranked += [_with_rank(v, i) for i, v in enumerate(translated, len(ranked) + 1)]
+    bad = sorted((v for v in verdicts if not v.compatible and not v.translation),
+                 key=lambda v: (v.draft.label, str(v.draft.path)))
     return PairsReport(info, tuple(ranked + bad), tuple(target_warnings(info)), tuple(scan_result.problems))
 
 
 def _with_rank(v: PairVerdict, rank: int) -> PairVerdict:
     return PairVerdict(v.draft, v.compatible, v.rules, v.failed_rule, v.evidence, v.family, v.score,
-                       rank, v.self_speculative, v.size_ratio, v.low_tier, v.notes)
+                       rank, v.self_speculative, v.size_ratio, v.low_tier, v.notes, v.translation)
 
 
 def _target_info(target: str | Path | ModelInfo, scan_result: ScanResult) -> ModelInfo:

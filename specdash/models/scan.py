@@ -36,26 +36,22 @@ from specdash.models.ggufcheck import (
 )
 from specdash.models.registry import cache_dir, models_dir
 
-# llama.cpp 0.3.36, src/llama-arch.cpp. llm_arch_is_recurrent: the whole state is a
-# recurrent one (no KV cache to cut back).
-RECURRENT_ARCHS = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
-# llm_arch_is_hybrid: attention layers beside recurrent (SSM / linear-attention) ones.
-HYBRID_ARCHS = frozenset({
-    "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h",
-    "nemotron_h_moe", "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next",
-    "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "minimax-01",
-})
-# llm_arch_supports_rs_rollback: llama.cpp can keep recurrent-state snapshots per
-# sequence (context param n_rs_seq, experimental) and roll back to one of them.
-RS_ROLLBACK_ARCHS = frozenset({
-    "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
-    "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3",
-})
-# An architecture this table does not know is still recurrent if its metadata says so.
-_RECURRENT_KEY_PARTS = (".ssm.", ".wkv.", ".rwkv.", ".time_mix_", ".shortconv.")
+# The recurrent/hybrid architecture tables live in rollback_info (one place); re-exported
+# here for the callers and tests that know them as scan's.
+from specdash.models.rollback_info import (
+    ARRAY_KEY_SUFFIXES,
+    HYBRID_ARCHS,
+    RECURRENT_ARCHS,
+    RS_ROLLBACK_ARCHS,
+    expected_strategy,
+    explain,
+    recurrent_state_bytes,
+    short,
+    state_kind,
+)
 
 _SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: state_bytes (recurrent state size)
 _WORKERS = 2
 _MAX_REASON = 300
 
@@ -101,6 +97,18 @@ class ModelInfo:
     state: str | None  # "recurrent" or "hybrid": cannot drop rejected tokens by cutting a KV cache
     rs_rollback: bool  # llama.cpp can snapshot and roll back this architecture's state
     context_length: int | None
+    # One sequence's recurrent state in bytes (one checkpoint, or one snapshot), from the
+    # metadata; None for a KV-cache model or when the metadata cannot tell.
+    state_bytes: int | None = None
+
+    @property
+    def rollback(self) -> str:
+        """"kv", "snapshots" or "checkpoint": how speculation undoes rejected tokens."""
+        return expected_strategy(self.architecture, self.state)
+
+    def rollback_text(self) -> str:
+        """The strategy, why, and what it costs in memory (rollback_info.explain)."""
+        return explain(self.architecture, self.state, self.state_bytes)
 
     @property
     def is_moe(self) -> bool:
@@ -116,7 +124,7 @@ class ModelInfo:
         if self.is_moe:
             out.append(f"MoE {self.expert_count} experts, {self.expert_used_count or '?'} used")
         if self.state:
-            out.append(f"{self.state}" + (", state rollback" if self.rs_rollback else ""))
+            out.append(f"{self.state}, rollback: {short(self.rollback, self.state_bytes)}")
         if len(self.parts) > 1:
             out.append(f"{len(self.parts)} parts")
         if self.vocab_only:
@@ -150,6 +158,8 @@ class ModelInfo:
             "expert_used_count": self.expert_used_count,
             "state": self.state,
             "rs_rollback": self.rs_rollback,
+            "rollback": self.rollback,
+            "state_bytes": self.state_bytes,
             "context_length": self.context_length,
         }
 
@@ -180,6 +190,7 @@ class ModelInfo:
             state=d["state"],
             rs_rollback=d["rs_rollback"],
             context_length=d["context_length"],
+            state_bytes=d.get("state_bytes"),
         )
 
 
@@ -392,13 +403,7 @@ def _summarize(path: Path, header: GGUFHeader) -> dict[str, Any]:
         vocab = vocab_from_metadata(meta)
     except SpecdashError as exc:
         vocab_error = str(exc)
-    state = None
-    if arch in RECURRENT_ARCHS:
-        state = "recurrent"
-    elif arch in HYBRID_ARCHS:
-        state = "hybrid"
-    elif arch and any(part in key for key in meta for part in _RECURRENT_KEY_PARTS if key.startswith(arch)):
-        state = "recurrent"
+    state = state_kind(arch, meta)
     file_type = _metadata_int(meta, "general.file_type")
     out["model"] = {
         "architecture": arch,
@@ -413,6 +418,7 @@ def _summarize(path: Path, header: GGUFHeader) -> dict[str, Any]:
         "expert_used_count": _metadata_int(meta, f"{arch}.expert_used_count"),
         "state": state,
         "rs_rollback": arch in RS_ROLLBACK_ARCHS,
+        "state_bytes": recurrent_state_bytes(arch, meta),
         "context_length": _metadata_int(meta, f"{arch}.context_length"),
     }
     return out
@@ -420,7 +426,7 @@ def _summarize(path: Path, header: GGUFHeader) -> dict[str, Any]:
 
 def _read_file(path: Path) -> dict[str, Any]:
     """Header summary of one file; raises GGUFError with a one-line reason."""
-    header = check_gguf(path, digests=TOKEN_DIGESTS)
+    header = check_gguf(path, digests=TOKEN_DIGESTS, array_suffixes=ARRAY_KEY_SUFFIXES)
     return _summarize(path, header)
 
 
@@ -500,6 +506,7 @@ def _model_info(
         state=model["state"],
         rs_rollback=model["rs_rollback"],
         context_length=model["context_length"],
+        state_bytes=model["state_bytes"],
     )
 
 

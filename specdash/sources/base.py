@@ -11,14 +11,42 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from specdash.events import Command, Event, NoticeEvent, PrefillEvent, SettingsEvent, StatusEvent, Summary
 
 
+@dataclass(frozen=True, slots=True)
+class Preset:
+    """One model a server offers as a draft source (a llama-server router's --models-preset
+    section or cached model), for the dashboard's `d` picker."""
+
+    id: str
+    status: str  # loaded | loading | unloaded | sleeping | downloading | failed
+    active: bool = False
+
+
 class Source(Protocol):
+    """What the dashboard, `run` and the recorder know of a source; they never test its
+    class. What it can do is data: `supports` until its first SettingsEvent, then that
+    event's `supports` (see commands_registry)."""
+
     kind: str  # "engine" | "remote" | "replay"
     label: str  # what the title bar shows: a model path, a URL, a recording file
+    @property
+    def supports(self) -> frozenset[str]:
+        """The commands it can take at most, by registry name, before its first settings event."""
+        ...
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The thread doing its work in this process, when one does (CPU accounting)."""
+        ...
+
+    def presets(self) -> list[Preset]:
+        """The draft sources a server offers by name (a llama-server router); [] for others."""
+        ...
 
     def start(self, emit: Callable[[Event], None]) -> None:
         """Begin producing events (in the source's own thread(s)); return at once."""

@@ -13,6 +13,7 @@ threads before the process may exit. A daemon thread lets `q` return the termina
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import traceback
 from collections import deque
@@ -24,8 +25,13 @@ from specdash import events as E
 from specdash.engine.settings import EngineSettings
 from specdash.errors import SpecdashError
 from specdash.events import Event
+from specdash.sources.base import Preset
 
 Progress = Callable[[str, float | None], None]
+
+# What this source does itself, on top of the engine's own list (engine.settings_event):
+# take a new prompt, and so rerun one at each K (a sweep).
+SUPPORTS = ("prompt", "sweep")
 
 
 class SessionLike(Protocol):
@@ -122,6 +128,9 @@ class PromptQueue:
 
 class EmbeddedSource:
     kind = "engine"
+    # Before the first settings event (loading): what an engine takes, but the expert
+    # count, which only a MoE target has (its settings event says so).
+    supports: frozenset[str] = frozenset({"k", "draft", "temp", "pause", "stop", "forget", "adaptive", *SUPPORTS})
 
     def __init__(self, make_session: SessionFactory, settings: EngineSettings, prompts: PromptQueue,
                  *, on_session: Callable[[SessionLike], None] | None = None,
@@ -147,7 +156,13 @@ class EmbeddedSource:
 
     # --- Source ------------------------------------------------------------------------
     def start(self, emit: Callable[[Event], None]) -> None:
-        self._emit = emit
+        def relay(ev: Event) -> None:
+            if isinstance(ev, E.SettingsEvent):
+                # The engine lists what it applies; this source adds what it does itself.
+                ev = dataclasses.replace(ev, supports=sorted({*ev.supports, *SUPPORTS}))
+            emit(ev)
+
+        self._emit = relay
         self.thread = threading.Thread(target=self._body, name="specdash-engine", daemon=True)
         self.thread.start()
 
@@ -179,6 +194,9 @@ class EmbeddedSource:
             session = self.session
         if session is not None:
             session.send(E.Stop())
+
+    def presets(self) -> list[Preset]:
+        return []  # the draft picker lists models and drafter kinds instead
 
     @property
     def thread_id(self) -> int | None:

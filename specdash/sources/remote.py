@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdash import events as E
+from specdash.commands_registry import name_of
 from specdash.errors import describe
 from specdash.events import Event, now
 from specdash.remote.backends import LlamaCppSnapshot, Snapshot
@@ -39,6 +40,7 @@ from specdash.remote.metrics import NotMetricsError, parse
 from specdash.remote.poller import (DEFAULT_INTERVAL, DEFAULT_WINDOW, Poller, PollResult, ServerWatch,
                                     model_status, preset_options)
 from specdash.remote.window import acceptance_rate, mean_accepted_length
+from specdash.sources.base import Preset
 
 log = logging.getLogger(__name__)
 
@@ -52,21 +54,26 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-@dataclass(frozen=True, slots=True)
-class Preset:
-    """One model a llama-server router offers (a --models-preset section or a cached model)."""
-
-    id: str
-    status: str  # loaded | loading | unloaded | sleeping | downloading | failed
-    active: bool = False
+def supported_commands(backend: str, *, router_presets: int = 0) -> list[str]:
+    """What this kind of server takes from here, by command name (SettingsEvent.supports):
+    a prompt in drive mode (not another specdash's metrics port), a preset switch on a
+    llama-server router, and stop. Everything else is refused."""
+    names = ["stop"]
+    if backend != "specdash":
+        names.append("prompt")
+    if backend not in ("vllm", "specdash") and router_presets >= 2:
+        names.append("draft")
+    return sorted(names)
 
 
 def unavailable_controls(backend: str, *, router_presets: int = 0) -> dict[str, str]:
-    """What this kind of server cannot do from here, by command name, with why."""
+    """Why this kind of server cannot do what it does not support, by command name."""
     if backend == "vllm":
-        return {name: READ_ONLY_VLLM for name in ("k", "draft", "temp", "adaptive", "experts", "pause", "forget")}
+        return {name: READ_ONLY_VLLM for name in ("k", "draft", "temp", "adaptive", "experts", "pause", "forget",
+                                                  "sweep")}
     if backend == "specdash":
-        out = {name: READ_ONLY_SPECDASH for name in ("k", "draft", "temp", "adaptive", "experts", "pause", "forget")}
+        out = {name: READ_ONLY_SPECDASH for name in ("k", "draft", "temp", "adaptive", "experts", "pause", "forget",
+                                                     "sweep")}
         out["prompt"] = "another specdash's --metrics-port has no completion endpoint"
         return out
     out = {
@@ -78,6 +85,8 @@ def unavailable_controls(backend: str, *, router_presets: int = 0) -> dict[str, 
         "experts": "llama-server sets the expert count at launch (--override-kv)",
         "pause": "a server cannot be paused from here",
         "forget": "llama-server keeps no adaptive state to forget",
+        "sweep": "a sweep reruns the prompt at each K, and llama-server's K is fixed at launch: "
+                 "run `specdash sweep` on the model instead",
     }
     if router_presets < 2:
         out["draft"] = ("llama-server fixes its draft at launch (-md / --spec-type); start it in router "
@@ -180,6 +189,10 @@ class RemoteSource:
     """One server as a Source (specdash.sources.base). Construct, then `start(emit)`."""
 
     kind = "remote"
+    # Before the first poll: a prompt waits for the server (drive mode); what else it
+    # takes comes with its settings.
+    supports: frozenset[str] = frozenset({"prompt", "stop"})
+    thread: threading.Thread | None = None  # its threads poll and drive; none worth accounting
 
     def __init__(self, url: str, *, headers: dict[str, str] | None = None,
                  interval: float = DEFAULT_INTERVAL, window: float = DEFAULT_WINDOW,
@@ -223,20 +236,18 @@ class RemoteSource:
         if isinstance(cmd, E.Stop):
             self.close()
             return
-        if isinstance(cmd, E.NewPrompt):
-            reason = self._settings.unavailable.get("prompt") if self._settings else None
-            if reason:
-                self._notice("warning", f"{cmd.text()} refused: {reason}")
-                return
+        name = name_of(cmd)
+        # Before the first poll nothing is known: a prompt waits, a preset switch probes.
+        known = self._settings is not None and name not in self._settings.supports
+        if isinstance(cmd, E.NewPrompt) and not known:
             self._prompts.put(cmd)
             return
-        if isinstance(cmd, E.SetDrafter):
+        if isinstance(cmd, E.SetDrafter) and not known:
             threading.Thread(target=self._switch_preset, args=(cmd,), name=f"preset {self.url}", daemon=True).start()
             return
-        name = E.COMMAND_NAMES.get(type(cmd), cmd.text())
         reason = (self._settings.unavailable.get(name) if self._settings else None) or \
             unavailable_controls(self.watch.backend or "llamacpp").get(name) or \
-            f"a remote server cannot {name!r} from here"
+            f"a remote server cannot {cmd.text()!r} from here"
         self._notice("warning", f"{cmd.text()} refused: {reason}")
 
     def close(self) -> None:
@@ -396,6 +407,7 @@ class RemoteSource:
             max_tokens=int(n_predict) if n_predict is not None and 0 < n_predict < 2**31 else None,
             target_path=path if isinstance(path, str) and path and path != "none" else None,
             command=command, draft_path=self._draft_path(),
+            supports=supported_commands(snap.backend, router_presets=n_presets),
             unavailable=unavailable_controls(snap.backend, router_presets=n_presets), t=now())
         self._settings = ev
         self._put(ev)

@@ -7,8 +7,9 @@ seek sends a ReplayEvent(rewind=True), on which the consumer starts over from an
 state, then every event up to the new position at once, then plays on from there.
 
 What a recording cannot do (change K, the drafter, ...) is refused with the reason, via
-the settings it reports: each recorded SettingsEvent is re-labelled source="replay" with
-`unavailable` listing those controls.
+the settings it reports: each recorded SettingsEvent is re-labelled source="replay", with
+`supports` the replay's own commands (SUPPORTS) and `unavailable` saying why the rest
+are not.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specdash import events as E
-from specdash.events import Event
+from specdash.commands_registry import name_of
+from specdash.events import SPEEDS, Event
 from specdash.recording import Recording, read_recording
+from specdash.sources.base import Preset
 
-SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+SUPPORTS = ["pause", "seek", "speed", "stop"]  # what a recording can do, by command name
 _REFUSED = {
     "k": "a recording cannot change K: run it again with --k",
     "draft": "a recording cannot change the drafter: run it again with --draft",
@@ -37,6 +40,7 @@ _REFUSED = {
 
 class ReplaySource:
     kind = "replay"
+    supports: frozenset[str] = frozenset(SUPPORTS)
 
     def __init__(self, path: str | Path, *, speed: float = 1.0, recording: Recording | None = None,
                  sleep: Callable[[threading.Event, float], bool] | None = None):
@@ -90,7 +94,7 @@ class ReplaySource:
                 case E.Stop():
                     self._closed.set()
                 case _:
-                    name = E.COMMAND_NAMES.get(type(cmd), "")
+                    name = name_of(cmd)
                     why = _REFUSED.get(name, "a recording only plays, pauses, seeks and changes speed")
                     self._emit(E.NoticeEvent("warning", f"{cmd.text()} refused: {why}", t=E.now()))
                     return
@@ -100,6 +104,9 @@ class ReplaySource:
     def close(self) -> None:
         self._closed.set()
         self._wake.set()
+
+    def presets(self) -> list[Preset]:
+        return []
 
     @property
     def speed(self) -> float:
@@ -117,10 +124,8 @@ class ReplaySource:
 
     def _relabel(self, ev: Event) -> Event:
         if isinstance(ev, E.SettingsEvent):
-            unavailable = {**ev.unavailable, **_REFUSED}
-            unavailable.pop("seek", None)
-            unavailable.pop("speed", None)
-            return dataclasses.replace(ev, source="replay", unavailable=unavailable)
+            unavailable = {name: why for name, why in {**ev.unavailable, **_REFUSED}.items() if name not in SUPPORTS}
+            return dataclasses.replace(ev, source="replay", supports=list(SUPPORTS), unavailable=unavailable)
         return ev
 
     def _offset(self, ev: Event) -> float:

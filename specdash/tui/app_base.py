@@ -24,7 +24,7 @@ from typing import Any
 
 from textual import events
 from textual.app import App, ComposeResult, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingsMap
 from textual.containers import Container, Grid
 from textual.markup import escape
 from textual.message import Message
@@ -35,10 +35,11 @@ from specdash import events as E
 from specdash.engine.settings import LIMIT, EngineSettings
 from specdash.errors import SpecdashError
 from specdash.events import Event, NoticeEvent, StatusEvent, StepEvent
+from specdash.commands_registry import COMMANDS
 from specdash.sources.base import Outbox, Source
 from specdash.sources.embedded import EmbeddedSource, PromptQueue, SessionFactory, WorkItem
 from specdash.telemetry import Hint
-from specdash.tui.controls import BY_ACTION, CONTROLS, footer_state, why_unavailable
+from specdash.tui.controls import control, controls, footer_state, why_unavailable
 from specdash.tui.panels import (
     AcceptancePanel,
     CpuPanel,
@@ -59,11 +60,22 @@ from specdash.tui.widgets.footer import KeyFooter
 
 TEMPERATURE = LIMIT["temperature"]
 
-# + and - share one footer entry ("+ - K") to leave room for the rest at 80 columns.
-_K_KEYS = Binding.Group("K", compact=True)
+# A source, given the settings to start from (None for a dashboard that has none: a
+# replay or a server brings its own) and the prompts to run.
+SourceFactory = Callable[[EngineSettings | None, PromptQueue], Source]
 
-# A source for the given settings (None: the ones the dashboard started with).
-SourceFactory = Callable[[EngineSettings, PromptQueue], Source]
+
+def command_bindings() -> list[Binding]:
+    """The command registry's keys as bindings, in its order. Keys with one footer group
+    share an entry (K: "+ - K") to leave room for the rest at 80 columns."""
+    groups: dict[str, Binding.Group] = {}
+    out = []
+    for spec in COMMANDS.values():
+        for key in spec.keys:
+            group = groups.setdefault(key.group, Binding.Group(key.group, compact=True)) if key.group else None
+            out.append(Binding(key.keys, key.action, key.label, show=key.footer, key_display=key.display,
+                               id=f"{spec.name}.{key.action}", group=group))
+    return out
 
 
 class SourceUpdate(Message):
@@ -75,7 +87,9 @@ class SourceUpdate(Message):
 
 @dataclass(slots=True)
 class DashboardOptions:
-    settings: EngineSettings
+    # The embedded engine's settings as launched; None for a source that brings its own
+    # (a replay, a server): nothing is shown for it until its first settings event.
+    settings: EngineSettings | None = None
     prompt: str | None = None  # None: cycle the built-in workload
     workload: list[WorkItem] = field(default_factory=list)
     theme: str = "specdash-dark"
@@ -100,22 +114,8 @@ class DashboardBase(App[int]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (TALL_ROWS, "-tall")]
 
+    # The dashboard's own keys; the command registry's come first (see __init__).
     BINDINGS = [
-        Binding("plus,equals_sign", "k_up", "K up", key_display="+", id="k.up", group=_K_KEYS),
-        Binding("minus", "k_down", "K down", key_display="-", id="k.down", group=_K_KEYS),
-        Binding("d", "pick_draft", "draft", id="draft.pick"),
-        Binding("t", "set_temperature", "temp", id="sampling.temperature"),
-        Binding("space", "toggle_pause", "pause", key_display="␣", id="engine.pause"),
-        Binding("n", "new_prompt", "new", id="prompt.new"),
-        Binding("a", "toggle_adaptive", "adapt", id="k.adaptive"),
-        Binding("e", "set_experts", "experts", id="target.experts"),
-        Binding("left_square_bracket", "slower", "slower", key_display="[", id="replay.slower"),
-        Binding("right_square_bracket", "faster", "faster", key_display="]", id="replay.faster"),
-        Binding("left", "seek_back", "-10s", key_display="←", id="replay.back"),
-        Binding("right", "seek_forward", "+10s", key_display="→", id="replay.forward"),
-        Binding("home", "seek_start", "start", show=False, id="replay.start"),
-        Binding("end", "seek_end", "end", show=False, id="replay.end"),
-        Binding("k", "sweep", "sweep", id="k.sweep"),
         Binding("x", "export", "export", show=False, id="config.export"),
         Binding("s", "screenshot", "shot", id="app.screenshot"),
         # In the help screen and the palette; the footer has no room left at 80 columns.
@@ -143,13 +143,14 @@ class DashboardBase(App[int]):
         sources on another machine (attach) or from another time (replay)."""
         super().__init__()
         self.options = options
+        self._bind_commands()
         if source_factory is None:
-            if session_factory is None:
-                raise ValueError("SpecdashApp needs a session_factory or a source_factory")
-            factory = session_factory
+            if session_factory is None or options.settings is None:
+                raise ValueError("SpecdashApp needs a session_factory and settings, or a source_factory")
+            factory, launched = session_factory, options.settings
 
-            def embedded(settings: EngineSettings, prompts: PromptQueue) -> Source:
-                return EmbeddedSource(factory, settings, prompts)
+            def embedded(settings: EngineSettings | None, prompts: PromptQueue) -> Source:
+                return EmbeddedSource(factory, settings or launched, prompts)
 
             source_factory = embedded
         self._source_factory = source_factory
@@ -166,7 +167,7 @@ class DashboardBase(App[int]):
             if local_telemetry:
                 from specdash.telemetry import collect_hints
 
-                hints = partial(collect_hints, threads=options.settings.threads)
+                hints = partial(collect_hints, threads=options.settings.threads if options.settings else None)
             else:
                 hints = list
         self._sampler = sampler
@@ -211,8 +212,25 @@ class DashboardBase(App[int]):
 
     @property
     def engine_thread(self) -> threading.Thread | None:
-        """The embedded engine's thread, when the source is one."""
-        return self.source.thread if isinstance(self.source, EmbeddedSource) else None
+        """The thread doing the source's work in this process, when one does."""
+        return self.source.thread if self.source is not None else None
+
+    def _bind_commands(self) -> None:
+        """The registry's keys before the class's own: a command added to the registry is
+        bound with no change here. A key with `send` gets its action made here too."""
+        merged = self._bindings  # the classes' BINDINGS, merged along the MRO
+        bindings = BindingsMap(command_bindings())
+        for key, found in merged.key_to_bindings.items():
+            bindings.key_to_bindings.setdefault(key, []).extend(found)
+        self._bindings = bindings
+        for spec in COMMANDS.values():
+            for k in spec.keys:
+                if k.send is not None and not hasattr(self, f"action_{k.action}"):
+                    setattr(self, f"action_{k.action}", partial(self._send_key, k.action, k.send))
+
+    def _send_key(self, action: str, make: Callable[[], E.Command]) -> None:
+        if not self._refused(action):
+            self._send(make())
 
     @property
     def panels_current(self) -> bool:
@@ -278,7 +296,7 @@ class DashboardBase(App[int]):
             return queue
         return PromptQueue(self.options.workload)
 
-    def _start_source(self, settings: EngineSettings, prompts: PromptQueue) -> None:
+    def _start_source(self, settings: EngineSettings | None, prompts: PromptQueue) -> None:
         if self.source is not None:
             self.source.close()
         def ping() -> None:
@@ -297,7 +315,9 @@ class DashboardBase(App[int]):
         self._drain()
 
     def _drain(self) -> None:
-        if self._outbox is None or self._quitting:
+        # Not while Textual shuts down (is_running turns False before the screens close):
+        # a panel whose widgets are already gone would raise NoMatches.
+        if self._outbox is None or self._quitting or not self.is_running:
             return
         self._ingest(self._outbox.drain())
 
@@ -353,12 +373,14 @@ class DashboardBase(App[int]):
         self._panels_events = self.state.events
         for panel in self._panels:
             panel.show(self.state)
+        # Before the source's first settings event: the models being loaded, when the
+        # dashboard launched them; nothing for a source that brings its own.
         settings = self.options.settings
-        self._status.show(self.state, (settings.target, settings.draft))
+        self._status.show(self.state, (settings.target, settings.draft) if settings else ("", ""))
 
     # --- telemetry ----------------------------------------------------------------------
     def _poll_telemetry(self) -> None:
-        if self._quitting:
+        if self._quitting or not self.is_running:  # (see _drain)
             return
         try:
             if self._local_telemetry and self._sampler is not None:
@@ -376,7 +398,7 @@ class DashboardBase(App[int]):
         # The footer rebuilds itself on every refresh_bindings (a full layout): only ask
         # when something availability depends on has changed.
         st = self.state.settings
-        key = (self.state.state, st.adaptive if st else None, tuple(sorted(st.unavailable)) if st else None)
+        key = (self.state.state, st.adaptive if st else None, tuple(st.supports) if st else None)
         if key != self._bindings_key:
             self._bindings_key = key
             self.refresh_bindings()
@@ -384,52 +406,55 @@ class DashboardBase(App[int]):
     def _sweeping(self) -> bool:
         return self.sweep is not None and not self.sweep.finished
 
+    def _declared(self) -> frozenset[str]:
+        """What the source says it can take at most, until its settings say what it takes now."""
+        return self.source.supports if self.source is not None else frozenset()
+
     def why_unavailable(self, action: str) -> str:
-        control = BY_ACTION.get(action)
-        if self._sweeping() and control is not None and control.command is not None:
+        c = control(action)
+        if self._sweeping() and c is not None and c.command is not None:
             return "a K sweep drives the engine now: Esc in the sweep view cancels it"
-        return why_unavailable(action, self.state)
+        return why_unavailable(action, self.state, self._declared())
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        control = BY_ACTION.get(action)
-        if isinstance(self.screen, SweepScreen) and control is not None and control.command is not None:
+        c = control(action)
+        if isinstance(self.screen, SweepScreen) and c is not None and c.command is not None:
             return False  # the sweep view owns the engine; its own keys are in its footer
-        return footer_state(action, self.state)
+        return footer_state(action, self.state, self._declared())
 
     def on_key(self, event: events.Key) -> None:
         """A key whose control the footer hides (the source cannot do it: K on a recording,
-        experts on a dense model) reaches here instead of its action: say why."""
-        for binding in self.BINDINGS:
-            assert isinstance(binding, Binding)
-            if event.key in binding.key.split(","):
-                reason = self.why_unavailable(binding.action)
-                if reason and self.check_action(binding.action, ()) is False:
-                    self.notify(reason, severity="warning", timeout=4)
-                    event.stop()
-                return
+        experts on a dense model) reaches here instead of its action: say why. All the
+        app's bindings, the registry's included (not the class's BINDINGS alone)."""
+        for binding in self._bindings.key_to_bindings.get(event.key, []):
+            reason = self.why_unavailable(binding.action)
+            if reason and self.check_action(binding.action, ()) is False:
+                self.notify(reason, severity="warning", timeout=4)
+                event.stop()
+            return
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         for command in super().get_system_commands(screen):
             if command.title != "Screenshot":  # ours also writes the stats beside the SVG
                 yield command
-        for control in CONTROLS:
-            if control.action != "quit" and not self.why_unavailable(control.action):
-                title = f"{control.description[0].upper()}{control.description[1:]} ({control.key})"
-                yield SystemCommand(title, "", getattr(self, f"action_{control.action}"))
+        for c in controls():
+            if c.action != "quit" and not self.why_unavailable(c.action):
+                title = f"{c.description[0].upper()}{c.description[1:]} ({c.key})"
+                yield SystemCommand(title, "", getattr(self, f"action_{c.action}"))
 
     # --- actions ------------------------------------------------------------------------
     def _send(self, cmd: E.Command) -> None:
+        # Between prompts too: the source applies it at once and reports the settings.
         if self.source is not None:
             self.source.send(cmd)
-        if self.state.state == "idle":
-            # The engine applies commands between steps; between prompts there are none.
-            self.notify("noted: it applies when the next prompt starts (n)", timeout=4)
 
     def _current_k(self) -> int:
         if self._k_request is not None:
             return self._k_request
         st = self.state.settings
-        return st.k if st is not None and st.k is not None else self.options.settings.k
+        if st is not None and st.k is not None:
+            return st.k
+        return self.options.settings.k if self.options.settings else 0
 
     def _refused(self, action: str) -> bool:
         reason = self.why_unavailable(action)
@@ -437,14 +462,15 @@ class DashboardBase(App[int]):
             self.notify(reason, severity="warning", timeout=4)
         return bool(reason)
 
-    def _last_good_settings(self) -> EngineSettings:
-        """What the source last reported, else what the dashboard started with."""
+    def _last_good_settings(self) -> EngineSettings | None:
+        """What the source last reported, else what the dashboard started with (None:
+        neither, e.g. a server that never answered)."""
         from specdash.config import settings_from_event
 
         st = self.state.settings
         if st is None or st.source not in ("engine", "replay"):
             return self.options.settings
-        return settings_from_event(st, self.options.settings)
+        return settings_from_event(st, self.options.settings or EngineSettings())
 
     def _restart_with(self, prompts: PromptQueue) -> None:
         self._start_source(self._last_good_settings(), prompts)
@@ -459,8 +485,8 @@ class DashboardBase(App[int]):
         self._restart_with(queue)
 
     def action_help(self) -> None:
-        controls = [(c.key, c.description, self.why_unavailable(c.action)) for c in CONTROLS]
-        self.push_screen(HelpScreen(controls))
+        rows = [(c.key, c.description, self.why_unavailable(c.action)) for c in controls()]
+        self.push_screen(HelpScreen(rows))
 
     async def action_quit(self) -> None:
         self._stop_source()

@@ -8,9 +8,10 @@ from __future__ import annotations
 from specdash import events as E
 from specdash.tui.app_base import DashboardBase
 from specdash.engine.settings import LIMIT
+from specdash.events import SPEEDS
 from specdash.sources.embedded import PromptQueue, WorkItem
 from specdash.tui.screens.ask import AskScreen
-from specdash.sources.remote import Preset
+from specdash.sources.base import Preset
 from specdash.tui.screens.draft_picker import DraftPicker, PresetPicker
 from specdash.tui.status import short
 
@@ -43,7 +44,8 @@ class SourceControls(DashboardBase):
         if self._refused("pick_draft"):
             return
         st = self.state.settings
-        current = (st.draft or st.drafter) if st else self.options.settings.draft
+        launched = self.options.settings
+        current = (st.draft or st.drafter) if st else launched.draft if launched else ""
 
         def chosen(spec: str | None) -> None:
             if spec:
@@ -58,20 +60,17 @@ class SourceControls(DashboardBase):
                                      model_dirs=self.options.model_dirs), chosen)
 
     def _router_presets(self) -> list[Preset] | None:
-        """A remote llama-server router's presets, None for any other source."""
-        from specdash.sources.remote import RemoteSource
-        from specdash.tui.fleet_app import FleetSource
-
-        source = self.source
-        if isinstance(source, FleetSource) and source.focus is not None:
-            source = source.sources[source.focus]
-        return source.presets() if isinstance(source, RemoteSource) else None
+        """The presets a server offers as draft sources (a llama-server router), None when
+        the source offers none (the draft picker then lists models and drafter kinds)."""
+        return (self.source.presets() or None) if self.source is not None else None
 
     def action_set_temperature(self) -> None:
         if self._refused("set_temperature"):
             return
         st = self.state.settings
-        current = st.temperature if st and st.temperature is not None else self.options.settings.sampling.temperature
+        launched = self.options.settings
+        current = st.temperature if st and st.temperature is not None else \
+            launched.sampling.temperature if launched else 0.0
 
         def check(text: str) -> str | None:
             try:
@@ -108,8 +107,6 @@ class SourceControls(DashboardBase):
             self._send(cmd)
 
     def _speed_step(self, direction: int) -> float:
-        from specdash.sources.replay import SPEEDS
-
         # From the speed asked for last, until the replay confirms it: quick presses add up.
         now = self._speed_request or (self.state.replay.speed if self.state.replay else 1.0)
         i = min(range(len(SPEEDS)), key=lambda j: abs(SPEEDS[j] - now))
@@ -122,23 +119,11 @@ class SourceControls(DashboardBase):
     def action_faster(self) -> None:
         self._replay("faster", E.SetSpeed(self._speed_step(+1)))
 
-    def action_seek_back(self) -> None:
-        self._replay("seek_back", E.Seek(by=-10.0))
-
-    def action_seek_forward(self) -> None:
-        self._replay("seek_forward", E.Seek(by=10.0))
-
-    def action_seek_start(self) -> None:
-        self._replay("seek_start", E.Seek(to=0.0))
-
-    def action_seek_end(self) -> None:
-        self._replay("seek_end", E.Seek())
-
     def action_toggle_adaptive(self) -> None:
         if self._refused("toggle_adaptive"):
             return
         st = self.state.settings
-        on = st.adaptive if st else self.options.settings.adaptive
+        on = st.adaptive if st else bool(self.options.settings and self.options.settings.adaptive)
         self._send(E.SetAdaptive(not on))
 
     def action_set_experts(self) -> None:

@@ -69,7 +69,7 @@ class TuningActions(DashboardBase):
                 self.notify(f"best K={best.k}: {best.tokens_per_s:.1f} tok/s; a applies it, w saves it",
                             title="Sweep done", timeout=8)
 
-    def leave_sweep(self) -> None:
+    def on_sweep_screen_leave(self, _message: SweepScreen.Leave) -> None:
         """Esc in the sweep view: cancel a sweep in progress (settings restored), close."""
         if self.sweep is not None:
             for cmd in self.sweep.cancel():
@@ -77,7 +77,7 @@ class TuningActions(DashboardBase):
         if isinstance(self.screen, SweepScreen):
             self.pop_screen()
 
-    def apply_sweep(self) -> None:
+    def on_sweep_screen_apply(self, _message: SweepScreen.Apply) -> None:
         best = self.sweep.best if self.sweep else None
         if best is None or not self.sweep or not self.sweep.finished:
             self.notify("the sweep has not finished yet", severity="warning")
@@ -87,14 +87,15 @@ class TuningActions(DashboardBase):
         self._send(E.SetK(best.k))
         self.notify(f"K={best.k} sent", timeout=3)
 
-    def save_sweep(self) -> None:
+    def on_sweep_screen_save(self, _message: SweepScreen.Save) -> None:
         best = self.sweep.best if self.sweep else None
         if best is None or not self.sweep or not self.sweep.finished:
             self.notify("the sweep has not finished yet", severity="warning")
             return
         from specdash.config import settings_from_event
 
-        engine = settings_from_event(self.sweep.before, self.options.settings).replace(k=best.k, adaptive=False)
+        launched = self.options.settings or EngineSettings()
+        engine = settings_from_event(self.sweep.before, launched).replace(k=best.k, adaptive=False)
         self._ask_and_write(engine)
 
     # --- export -----------------------------------------------------------------------------
@@ -165,7 +166,12 @@ class TuningActions(DashboardBase):
     def action_write_config(self) -> None:
         if self._refused("write_config"):
             return
-        self._ask_and_write(self._last_good_settings())
+        engine = self._last_good_settings()
+        if engine is None:
+            self.notify("this source's settings are a server's, not an engine's: nothing to write",
+                        severity="warning")
+            return
+        self._ask_and_write(engine)
 
     def _ask_and_write(self, engine: EngineSettings) -> None:
         from specdash.config import Config, UISettings, save_config

@@ -2,14 +2,23 @@
 
 The footer (dim or hide), the help screen and the command palette (why not) and the
 key handlers (refuse with a notification) all ask `why_unavailable`, so they cannot
-disagree. A source states what it cannot do in SettingsEvent.unavailable, by command
-name; the rules here add what follows from the source's state.
+disagree. The controls that issue commands come from the command registry
+(specdash/commands_registry.py), in its order; the dashboard's own (export, screenshot,
+...) follow.
+
+The capability rule: a command's control is available only when the source lists the
+command in SettingsEvent.supports (before its first settings event: what the source
+declares it can take at most, `Source.supports`). A source that does not list it
+refuses it, so the key leaves the footer, and the help shows the source's reason from
+SettingsEvent.unavailable. The rules here add only what follows from the state.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
+from specdash.commands_registry import COMMANDS
 from specdash.tui.reducer import DashState
 
 
@@ -18,28 +27,13 @@ class Control:
     action: str  # the app's action_<name>
     key: str  # as shown
     description: str
-    command: str | None = None  # the command name a source may refuse (events.COMMAND_NAMES)
+    command: str | None = None  # the registry name a source must support
     needs_source: bool = True  # only while the source takes commands
 
 
-CONTROLS: tuple[Control, ...] = (
-    Control("k_up", "+", "K up: draft one more token per step", "k"),
-    Control("k_down", "-", "K down (K=0 is plain decoding)", "k"),
-    Control("pick_draft", "d", "choose the draft source (model, prompt lookup, suffix, chain, none)", "draft"),
-    Control("set_temperature", "t", "set the sampling temperature (0 = greedy)", "temp"),
-    Control("toggle_pause", "space", "pause / resume generation", "pause"),
-    Control("new_prompt", "n", "type a new prompt (replaces the one running)", "prompt", needs_source=False),
-    Control("toggle_adaptive", "a", "adaptive K on/off: the engine picks K (and K=0) from measured costs", "adaptive"),
-    Control("set_experts", "e", "MoE target: number of active experts (reloads the target)", "experts"),
-    Control("slower", "[", "replay: slower (down to 0.5x)", "speed"),
-    Control("faster", "]", "replay: faster (up to 16x)", "speed"),
-    Control("seek_back", "←", "replay: back 10 s", "seek"),
-    Control("seek_forward", "→", "replay: forward 10 s", "seek"),
-    Control("seek_start", "home", "replay: to the start", "seek"),
-    Control("seek_end", "end", "replay: to the end", "seek"),
-    Control("sweep", "k", "K sweep: plain and each K on this prompt, plotted; apply or save the best", "sweep"),
-    Control("export", "x", "the settings as a llama-server command line and router preset", "export",
-            needs_source=False),
+# The dashboard's own controls: no command, any source.
+APP_CONTROLS: tuple[Control, ...] = (
+    Control("export", "x", "the settings as a llama-server command line and router preset", needs_source=False),
     Control("screenshot", "s", "save an SVG screenshot and a JSON file of settings and stats", needs_source=False),
     Control("write_config", "w", "write the live settings to a TOML config (load it with --config)",
             needs_source=False),
@@ -47,13 +41,38 @@ CONTROLS: tuple[Control, ...] = (
     Control("help", "?", "this help", needs_source=False),
     Control("quit", "q", "quit", needs_source=False),
 )
-BY_ACTION: dict[str, Control] = {c.action: c for c in CONTROLS}
+
+_cache: tuple[tuple[str, ...], tuple[Control, ...], dict[str, Control]] | None = None
 
 
-def why_unavailable(action: str, state: DashState) -> str:
-    """"" when `action` can run now, else the reason."""
-    control = BY_ACTION.get(action)
-    if control is None:
+def _table() -> tuple[tuple[Control, ...], dict[str, Control]]:
+    global _cache
+    names = tuple(COMMANDS)
+    if _cache is None or _cache[0] != names:  # the registry changed (a test added a command)
+        table = tuple(Control(key.action, key.spelled or key.display, key.help, spec.name, key.needs_source)
+                      for spec in COMMANDS.values() for key in spec.keys) + APP_CONTROLS
+        _cache = (names, table, {c.action: c for c in table})
+    return _cache[1], _cache[2]
+
+
+def controls() -> tuple[Control, ...]:
+    """Every control: the registry's keys in its order, then the dashboard's own."""
+    return _table()[0]
+
+
+def control(action: str) -> Control | None:
+    return _table()[1].get(action)
+
+
+def supported(state: DashState, declared: Collection[str]) -> Collection[str]:
+    """The commands the source takes now: its settings say; before any, what it declared."""
+    return state.settings.supports if state.settings is not None else declared
+
+
+def why_unavailable(action: str, state: DashState, declared: Collection[str] = ()) -> str:
+    """"" when `action` can run now, else the reason. `declared`: Source.supports."""
+    c = control(action)
+    if c is None:
         return ""
     st = state.settings
     if action == "restart":
@@ -62,35 +81,30 @@ def why_unavailable(action: str, state: DashState) -> str:
         return "no settings reported yet"
     if action == "export" and st is not None and not st.target_path:
         return "this source does not report its model files"
-    if action == "sweep" and st is not None and st.source != "engine":
-        return "a sweep reruns the prompt: it needs the embedded engine"
-    if control.needs_source and not state.alive:
+    if c.command is not None and c.command not in supported(state, declared):
+        why = st.unavailable.get(c.command, "") if st is not None else ""
+        return why or COMMANDS[c.command].unsupported or f"this source does not take {c.command!r} commands"
+    if c.needs_source and not state.alive:
         return {"loading": "the engine is loading", "down": "the server is down"}.get(
             state.state, "the engine is not running")
-    if st is not None and control.command in st.unavailable:
-        return st.unavailable[control.command]
     if action in ("k_up", "k_down") and st is not None and st.adaptive:
         return "adaptive K is on (press a to fix K)"
     return ""
 
 
-def footer_state(action: str, state: DashState) -> bool | None:
+def footer_state(action: str, state: DashState, declared: Collection[str] = ()) -> bool | None:
     """For Textual's check_action: True shows the key, None dims it, False hides it.
-    Hidden where that leaves room for what can run (after an error the footer shows
-    restart instead of dead controls; a dense target hides the expert key)."""
-    control = BY_ACTION.get(action)
-    if control is None:
+    What the source does not support leaves the footer (the help screen says why); so
+    does everything but restart after an error. Dimmed: what waits for the source."""
+    c = control(action)
+    if c is None:
         return True
     if action == "restart":
         return state.state == "error"
-    if control.needs_source and state.state == "error":
+    if c.needs_source and state.state == "error":
         return False
-    st = state.settings
-    if control.command is not None and (st is None or control.command in st.unavailable):
-        # What this source cannot do at all (K on a recording, experts on a dense model,
-        # seeking a live engine) leaves the footer; the help screen says why.
-        if control.command in ("experts", "seek", "speed") or st is not None:
-            return False
-    if control.needs_source and not state.alive:
+    if c.command is not None and c.command not in supported(state, declared):
+        return False
+    if c.needs_source and not state.alive:
         return None  # dimmed while loading
     return True  # other refusals (K under adaptive) are explained when pressed

@@ -17,8 +17,10 @@ from textual.binding import Binding
 
 from specdash import events as E
 from specdash.events import Event
+from specdash.sources.base import Preset
 from specdash.sources.remote import RemoteSource
 from specdash.tui.app import SpecdashApp
+from specdash.tui.controls import control
 from specdash.tui.reducer import DashState
 from specdash.tui.screens.fleet import FleetScreen
 
@@ -47,6 +49,18 @@ class FleetSource:
         if isinstance(ev, E.ServerEvent) or url == self.focus:
             self._emit(ev)
 
+    @property
+    def supports(self) -> frozenset[str]:
+        """The server in focus's; on the fleet table, nothing (no one server to steer)."""
+        return self.sources[self.focus].supports if self.focus is not None else frozenset()
+
+    @property
+    def thread(self) -> None:
+        return None
+
+    def presets(self) -> list[Preset]:
+        return self.sources[self.focus].presets() if self.focus is not None else []
+
     def history(self, url: str) -> list[Event]:
         return list(self._history[url])
 
@@ -63,13 +77,29 @@ class FleetDashboard(SpecdashApp):
     BINDINGS = [Binding("escape", "fleet", "fleet", id="fleet.back")]
 
     def __init__(self, sources: Sequence[RemoteSource], **kwargs: object):
-        from specdash.engine.settings import EngineSettings
         from specdash.tui.app import DashboardOptions
 
         self.fleet_source = FleetSource(sources)
         self.fleet = FleetScreen()
-        super().__init__(DashboardOptions(settings=EngineSettings(), **kwargs),  # type: ignore[arg-type]
+        super().__init__(DashboardOptions(**kwargs),  # type: ignore[arg-type]
                          source_factory=lambda settings, prompts: self.fleet_source, local_telemetry=False)
+
+    # On the fleet table no one server is in focus: its keys are the table's (sort, Enter,
+    # q), a server's keys wait until Enter opens one, and pressing one says so.
+    def _on_table(self) -> bool:
+        return isinstance(self.screen, FleetScreen)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        c = control(action)
+        if self._on_table() and c is not None and c.command is not None:
+            return False
+        return super().check_action(action, parameters)
+
+    def why_unavailable(self, action: str) -> str:
+        c = control(action)
+        if self._on_table() and c is not None and c.command is not None:
+            return "the fleet table steers no server: Enter opens the highlighted one, then its keys work"
+        return super().why_unavailable(action)
 
     def on_mount(self) -> None:
         # (Textual runs the base class's on_mount too: the source starts there.)

@@ -100,6 +100,8 @@ class GenerationPanel(Panel):
         self.show_text(state)
         step = state.stats.last_step
         legend = "[$draft-token]■[/] draft accepted  [$target-token]■[/] target"
+        if any(kind == "xvocab" for _, kind in state.pieces[-200:]):  # only once translated drafts show
+            legend = "[$draft-token]■[/] draft accepted  [$translated-token]■[/] translated  [$target-token]■[/] target"
         self.titles(
             f"Generation · {escape(state.prompt_title)}" if state.prompt_title else "Generation",
             f"{legend}  ·  content: {step.content}" if step and step.content else legend,
@@ -143,7 +145,7 @@ class AcceptancePanel(Panel):
         self.titles(
             f"Acceptance {acc:.0%} · mean len {recent.mean_accepted_length:.2f}" if acc is not None
             else "Acceptance · no drafts yet",
-            f"last {len(state.stats.recent)} {'steps' if state.source != 'remote' else 'polls'} │ per position",
+            f"last {len(state.stats.recent)} {'polls' if state.polled else 'steps'} │ per position",
         )
 
 
@@ -166,8 +168,8 @@ class ThroughputPanel(Panel):
         title = f"tok/s {tps:.1f}" if tps is not None else "tok/s –"
         if tps is not None and st.idle:
             title += " (last request)"  # the same number as the status line's: live_stats' rule
-        if state.source == "remote":
-            pass  # a server reports no plain reference
+        if state.polled:
+            pass  # a server's counters have no K=0 steps to measure plain decoding by
         elif plain is None:
             title += " · plain: measuring"
         else:

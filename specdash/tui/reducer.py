@@ -41,9 +41,10 @@ class DashState:
     fraction: float | None = None
     prompt_title: str = ""
     prompt_text: str = ""
-    # The current prompt's text so far, as (piece, from_draft): a seek in a replay or a
-    # resize redraws the generation panel from here.
-    pieces: list[tuple[str, bool]] = field(default_factory=list)
+    # The current prompt's text so far, as (piece, provenance): a seek in a replay or a
+    # resize redraws the generation panel from here. Provenance: False = the target's own
+    # token, True = an accepted draft token, "xvocab" = one from a translated draft (truthy).
+    pieces: list[tuple[str, bool | str]] = field(default_factory=list)
     stats: LiveStats = field(init=False)
     telemetry: TelemetryEvent | None = None
     server: ServerEvent | None = None
@@ -66,13 +67,20 @@ class DashState:
         """The source takes commands now (a replay that reached its end still seeks)."""
         return self.state in ("running", "paused", "idle") or (self.source == "replay" and self.state == "ended")
 
+    @property
+    def polled(self) -> bool:
+        """The numbers come from a server's polls (its ServerEvent rows and counter deltas),
+        not from steps: no per-step detail and no K=0 steps to measure plain decoding by."""
+        return self.server is not None
+
     def feed(self, ev: Event) -> None:
         self.events += 1
         self.t = ev.t if ev.t else self.t
         match ev:
             case StepEvent():
                 self.stats.feed(ev)
-                self.pieces.extend(zip(ev.pieces, ev.from_draft, strict=True))
+                kind = ev.drafter if ev.drafter == "xvocab" else True
+                self.pieces.extend((p, kind if d else False) for p, d in zip(ev.pieces, ev.from_draft, strict=True))
             case CountersEvent() | PrefillEvent() | Summary():
                 self.stats.feed(ev)
             case SettingsEvent():

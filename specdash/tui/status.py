@@ -1,8 +1,8 @@
 """The status line: source state, models, K, tok/s, acceptance, fitted to the width.
 
 What an operator watches (K, tok/s, acceptance) never gives way. As the terminal
-narrows, the rest does, in this order: the content class, the experts and the
-temperature, the model names (shortened, then dropped), the state's word (its icon
+narrows, the rest does, in this order: a recurrent target's rollback strategy, the
+content class, the experts and the temperature, the model names (shortened, then dropped), the state's word (its icon
 stays), then the numbers' wording ("K 3 fixed" -> "K 3", "123.4 tok/s" -> "123 tok/s").
 `MIN_COLUMNS` is the narrowest terminal that still holds all three numbers, whatever
 they are: at 40 columns the line reads `▶ │ K 3 │ 17.3 tok/s │ acc 45%`.
@@ -65,6 +65,8 @@ def status_parts(state: DashState, fallback: tuple[str, str], width: int) -> tup
     tps = state.stats.tokens_per_s
     acc = state.stats.recent_counters().acceptance_rate
     optional = {
+        # A recurrent/hybrid target's way back from rejected drafts; nothing for a KV cache.
+        "rollback": f"rollback: {st.rollback}" if st is not None and st.rollback else None,
         "content": step.content if step is not None and step.content else None,
         "temp": f"T {st.temperature:g}" if st is not None and st.temperature is not None else None,
         "experts": f"experts {st.experts_active}/{st.expert_count}"
@@ -89,13 +91,17 @@ def status_parts(state: DashState, fallback: tuple[str, str], width: int) -> tup
     def full(names: tuple[int, int], n_dropped: int) -> list[str]:
         shown = {k: optional[k] for k in give_way[n_dropped:]}
         k_part, *rest = numbers(False) if st is not None else ["", *numbers(False)]
-        parts = [label, f"{short(target, names[0])} ← {short(draft, names[1])}"]
+        parts = [label]
+        if target or draft:  # none before a source that brings its own settings reports them
+            parts.append(f"{short(target, names[0])} ← {short(draft, names[1])}")
         if st is not None:
             parts.append(k_part)
         parts += [v for k in ("temp", "experts") if (v := shown.get(k))]
         parts += rest
         if content := shown.get("content"):
             parts.append(content)
+        if rollback := shown.get("rollback"):
+            parts.append(rollback)
         return parts
 
     # Tries, widest first: shorter model names, then fewer optional parts, then no names,

@@ -26,6 +26,7 @@ _FIELDS = {f.name for f in dataclasses.fields(Theme)}
 # Defaults keep Textual's built-in themes usable from the palette.
 VARIABLE_DEFAULTS = {
     "draft-token": "ansi_bright_green",
+    "translated-token": "ansi_bright_cyan",  # accepted from a draft with another vocabulary
     "target-token": "ansi_default",
     "chart-line": "ansi_bright_blue",
     "chart-reference": "ansi_yellow",

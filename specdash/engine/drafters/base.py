@@ -25,6 +25,9 @@ class Draft:
     # Time spent catching up on tokens the source sat out (a draft model after a stretch
     # of plain steps): a cost of having paused, not of drafting these tokens.
     prep_ms: float = 0.0
+    # Time spent translating between vocabularies (a draft model with another vocabulary:
+    # text to its tokens and back), part of this draft's cost; 0 for every other source.
+    translate_ms: float = 0.0
 
     @staticmethod
     def empty(source: str = "none") -> Draft:
@@ -35,7 +38,7 @@ class Draft:
         if n >= len(self.tokens):
             return self
         probs = None if self.probs is None else self.probs[:n]
-        return Draft(self.tokens[:n], probs, self.source, self.evidence, self.prep_ms)
+        return Draft(self.tokens[:n], probs, self.source, self.evidence, self.prep_ms, self.translate_ms)
 
 
 class Drafter(Protocol):

@@ -9,6 +9,7 @@ import numpy as np
 
 from specdash.engine.drafters.base import Draft, Drafter
 from specdash.engine.llm import LLM
+from specdash.engine.rollback import Checkpoint
 from specdash.engine.settings import SamplingParams
 from specdash.engine.verify import process_logits, sample
 
@@ -30,6 +31,15 @@ class DraftModelDrafter:
         self._committed = 0  # committed length at the last sync: a known common prefix
         self._prep_ms = 0.0
         self._catch_up_ms = 0.0  # ms per token of a catch-up batch, as last measured (EMA)
+        # A recurrent or hybrid draft model cannot cut its drafts out of its state: it
+        # checkpoints the state before drafting and, when the target rejected some of
+        # them, restores it and feeds the committed tokens from there (its replay). Its
+        # own drafts are decoded one token per batch, which recurrent-state snapshots
+        # cannot take back past, so a checkpoint is the one way back for a draft model.
+        self._ckpt = Checkpoint() if llm.strategy.kind != "kv" else None
+        self._ckpt_at = -1  # the tokens in the draft context when the checkpoint was saved
+        self._rollback_ms = 0.0
+        self._rollback_bytes = 0
 
     def _common_prefix(self, tokens: Sequence[int]) -> int:
         kv = self._kv
@@ -52,8 +62,21 @@ class DraftModelDrafter:
         n = self._common_prefix(tokens)
         if n == len(tokens):  # nothing new: re-decode the last token to get its logits
             n -= 1
+        replayed = 0  # committed tokens fed again only because the state went back past them
         if n < len(kv):
-            self.llm.kv_truncate(n)
+            t0 = time.perf_counter()
+            if self._ckpt is None:
+                self.llm.kv_truncate(n)
+            else:
+                back = self._ckpt_at if 0 <= self._ckpt_at <= n else 0
+                if back:
+                    self._ckpt.restore(self.llm)
+                    self.llm.kv_truncate(back)  # the attention tail; the recurrent part is back
+                else:  # no checkpoint at or before n: start over from the first token
+                    self.llm.clear()
+                replayed, n = n - back, back
+                self._ckpt_at = -1
+                self._rollback_ms += (time.perf_counter() - t0) * 1e3
             del kv[n:]
         feed = list(tokens[n:])
         t0 = time.perf_counter()
@@ -65,9 +88,12 @@ class DraftModelDrafter:
         self._committed = len(tokens)
         # Up to two new tokens per step is the normal rhythm (the target's bonus token,
         # plus the last draft token when all were accepted: it never had its own pass);
-        # more means this drafter sat out steps, and the rest was catch-up.
-        extra = max(len(feed) - 2, 0)
-        per_token = (time.perf_counter() - t0) * 1e3 / len(feed)
+        # more means this drafter sat out steps, and the rest was catch-up. A replay is
+        # part of drafting with a recurrent model, not catch-up.
+        extra = max(len(feed) - 2 - replayed, 0)
+        spent = (time.perf_counter() - t0) * 1e3
+        per_token = spent / len(feed)
+        self._rollback_ms += per_token * replayed
         self._prep_ms = per_token * extra
         if extra:
             old = self._catch_up_ms
@@ -89,6 +115,12 @@ class DraftModelDrafter:
         if k <= 0:
             return Draft.empty(self.name)
         logits = self._sync(tokens)
+        if self._ckpt is not None and k > 1:  # its drafts will enter the state: save first
+            t0 = time.perf_counter()
+            self._ckpt.save(self.llm)
+            self._ckpt_at = len(self._kv)
+            self._rollback_ms += (time.perf_counter() - t0) * 1e3
+            self._rollback_bytes += self._ckpt.nbytes
         out: list[int] = []
         probs: list[np.ndarray] = []
         for i in range(k):
@@ -109,6 +141,12 @@ class DraftModelDrafter:
                 self._kv.append(tok)
         return Draft(out, np.stack(probs) if probs else None, self.name, prep_ms=self._prep_ms)
 
+    def take_rollback(self) -> tuple[float, int]:
+        """(ms, bytes) spent on checkpoints and replays since the last call."""
+        out = (self._rollback_ms, self._rollback_bytes)
+        self._rollback_ms, self._rollback_bytes = 0.0, 0
+        return out
+
     def prefill(self, tokens: Sequence[int]) -> None:
         # All but the last token: the first propose() decodes that one for its logits.
         self.llm.prefill(tokens[:-1])
@@ -119,6 +157,7 @@ class DraftModelDrafter:
         self.llm.clear()
         self._kv.clear()
         self._committed = 0
+        self._ckpt_at = -1
 
     def forget(self) -> None:
         pass  # a draft model keeps nothing across prompts

@@ -25,7 +25,7 @@ from textual.widgets.option_list import Option
 from textual.worker import get_current_worker
 
 from specdash.engine.drafters import KINDS
-from specdash.sources.remote import Preset
+from specdash.sources.base import Preset
 from specdash.errors import SpecdashError
 
 
@@ -46,7 +46,8 @@ def _tilde(path: str) -> str:
 
 def draft_choices(target_path: str | None, scan_result: object | None) -> list[DraftChoice]:
     """Model-free sources, then the scanned models judged as drafts for `target_path`
-    (compatible first, best first, then the incompatible ones with their failed rule),
+    (compatible first, best first, then those that draft through translation, then the
+    incompatible ones with their failed rule),
     then registry models that are not downloaded yet."""
     from specdash.models.pairs import rank_drafts
     from specdash.models.registry import list_models
@@ -70,6 +71,10 @@ def draft_choices(target_path: str | None, scan_result: object | None) -> list[D
             if v.compatible:
                 tag = "SELF " if v.self_speculative else ""
                 desc = f"#{v.rank} {tag}score {v.score:.0f} · {what}"
+                choices.append(DraftChoice(name or path, name or v.draft.label, desc, True))
+            elif v.translation:  # another vocabulary: it drafts through translation, exactly
+                slow = " · slower than plain" if (v.size_ratio or 0) >= 1 else ""
+                desc = f"#{v.rank} translated ({v.failed_rule} differs) score {v.score:.0f}{slow} · {what}"
                 choices.append(DraftChoice(name or path, name or v.draft.label, desc, True))
             else:
                 choices.append(DraftChoice(name or path, name or v.draft.label, what, False, v.reason))
@@ -138,9 +143,11 @@ class DraftPicker(ModalScreen[str | None]):
         if not isinstance(self._result, ScanResult):
             return "no scan of this machine's models yet: scanning…" if self._scan_on_open else "no scan yet: r scans"
         found = sum(1 for c in self.choices if c.spec not in KINDS and c.available)
+        translated = sum(1 for c in self.choices if c.available and " translated (" in c.description)
         models, dirs = len(self._result.models), len(self._result.dirs)
+        via = f" ({translated} through translation)" if translated else ""
         return (f"{models} model{'s' * (models != 1)} found in {dirs} folder{'s' * (dirs != 1)}, "
-                f"{found} usable as draft{'s' * (found != 1)} here")
+                f"{found} usable as draft{'s' * (found != 1)} here{via}")
 
     def on_mount(self) -> None:
         option_list = self.query_one(OptionList)

@@ -3,8 +3,8 @@ point per K, error bars across rounds, plain decoding as the reference line), ma
 best K, and offers apply (SetK) and save (TOML). Esc cancels cleanly: the app sends the
 sweep's restore commands and the engine goes back to the settings it had.
 
-The screen only renders a specdash.sweep.Sweep; the app feeds it events and sends the
-commands it returns.
+The screen only renders a specdash.sweep.Sweep and posts its keys as messages (Leave,
+Apply, Save); the app feeds the sweep events and sends the commands it returns.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
 
@@ -121,11 +122,22 @@ class SweepScreen(Screen[None]):
             table.add_row(*row)
         return table
 
+    # The screen decides nothing: its keys become messages the app handles (it owns the
+    # sweep and the source), as FleetScreen.Open does.
+    class Leave(Message):
+        """Esc: cancel a sweep in progress (settings restored) and close the view."""
+
+    class Apply(Message):
+        """a: send the best K."""
+
+    class Save(Message):
+        """w: write the settings with the best K to a TOML file."""
+
     def action_leave(self) -> None:
-        self.app.leave_sweep()  # type: ignore[attr-defined]
+        self.post_message(self.Leave())
 
     def action_apply(self) -> None:
-        self.app.apply_sweep()  # type: ignore[attr-defined]
+        self.post_message(self.Apply())
 
     def action_save(self) -> None:
-        self.app.save_sweep()  # type: ignore[attr-defined]
+        self.post_message(self.Save())

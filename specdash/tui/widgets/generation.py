@@ -25,6 +25,7 @@ class GenerationView(Widget):
 
     COMPONENT_CLASSES = {
         "generation--draft",
+        "generation--translated",
         "generation--target",
         "generation--note",
         "generation--error",
@@ -33,6 +34,7 @@ class GenerationView(Widget):
     DEFAULT_CSS = """
     GenerationView { height: 1fr; width: 1fr; }
     GenerationView > .generation--draft { color: $draft-token; }
+    GenerationView > .generation--translated { color: $translated-token; }
     GenerationView > .generation--target { color: $target-token; }
     GenerationView > .generation--note { color: $text-muted; }
     GenerationView > .generation--error { color: $text-error; text-style: bold; }
@@ -44,7 +46,7 @@ class GenerationView(Widget):
         self._dropped = 0  # characters trimmed from the front: positions below are absolute
         self._run_starts: list[int] = []  # provenance runs (absolute positions), adjacent ones differ
         self._run_ends: list[int] = []
-        self._run_draft: list[bool] = []
+        self._run_draft: list[bool | str] = []  # False target, True draft, "xvocab" translated draft
         self._note: tuple[str, str] | None = ("Starting the engine…", "note")
         self._version = 0
         self._frame_key: tuple | None = None
@@ -68,7 +70,9 @@ class GenerationView(Widget):
         self._note = (message, kind) if message else None
         self._changed()
 
-    def append(self, pieces: Sequence[str], from_draft: Sequence[bool]) -> None:
+    def append(self, pieces: Sequence[str], from_draft: Sequence[bool | str]) -> None:
+        """from_draft: per piece False (the target's), True (a draft's) or "xvocab" (a
+        draft translated from another vocabulary: its own colour)."""
         for piece, drafted in zip(pieces, from_draft, strict=True):
             if not piece:
                 continue
@@ -114,10 +118,11 @@ class GenerationView(Widget):
         if width <= 0 or height <= 0:
             return []
         base = self.rich_style
-        styles = (
-            self.get_component_rich_style("generation--target"),
-            self.get_component_rich_style("generation--draft"),
-        )
+        styles: dict[bool | str, Style] = {
+            False: self.get_component_rich_style("generation--target"),
+            True: self.get_component_rich_style("generation--draft"),
+            "xvocab": self.get_component_rich_style("generation--translated"),
+        }
         lines: list[Strip] = []
         if self._note:
             message, kind = self._note
@@ -140,14 +145,14 @@ class GenerationView(Widget):
         self._paragraphs = used  # what scrolled away is dropped
         return lines[-height:]
 
-    def _paragraph(self, start: int, end: int, styles: tuple[Style, Style]) -> Text:
+    def _paragraph(self, start: int, end: int, styles: dict[bool | str, Style]) -> Text:
         a, b = self._dropped + start, self._dropped + end
         first = max(bisect_right(self._run_ends, a), 0)
         spans = []
         for i in range(first, len(self._run_starts)):
             if self._run_starts[i] >= b:
                 break
-            spans.append(Span(max(self._run_starts[i], a) - a, min(self._run_ends[i], b) - a, styles[self._run_draft[i]]))
+            spans.append(Span(max(self._run_starts[i], a) - a, min(self._run_ends[i], b) - a, styles.get(self._run_draft[i], styles[True])))
         return Text(self._text[start:end], spans=spans)
 
     def _wrap(self, text: Text, width: int, base: Style) -> list[Strip]:
