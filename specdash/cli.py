@@ -12,7 +12,7 @@ import importlib
 import sys
 
 from specdash import __version__
-from specdash.errors import SpecdashError
+from specdash.errors import SpecdashError, describe
 
 # Order is the order shown in --help.
 SUBCOMMANDS = ["run", "bench", "sweep", "whatif", "replay", "export", "attach", "models", "check", "doctor"]
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except SpecdashError as exc:
-        print(f"specdash: error: {exc}", file=sys.stderr)
+        print(f"specdash: error: {describe(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("specdash: interrupted", file=sys.stderr)

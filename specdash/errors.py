@@ -5,6 +5,7 @@ raises SpecdashError with a message that names the thing and what would be valid
 Everything else is a bug and is allowed to show a traceback.
 """
 
+import traceback
 from pathlib import Path
 
 
@@ -14,6 +15,22 @@ class SpecdashError(Exception):
     def __init__(self, message: str, exit_code: int = 2):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def describe(exc: BaseException) -> str:
+    """The exception's text; when it has none, what failed and where, so no error message
+    is ever empty: "SpecdashError, with no message, raised in run (specdash/commands/x.py:12)"."""
+    text = str(exc).strip()
+    if text:
+        return text
+    where = ""
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
+    if frames:
+        last = frames[-1]
+        path = Path(last.filename)
+        short = "/".join(path.parts[path.parts.index("specdash"):]) if "specdash" in path.parts else path.name
+        where = f", raised in {last.name} ({short}:{last.lineno})"
+    return f"{type(exc).__name__}, with no message{where}"
 
 
 def read_user_file(path: str | Path, what: str) -> str:

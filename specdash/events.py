@@ -41,6 +41,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from specdash.engine.settings import K_CAP  # imports nothing of ours but errors: no cycle
 from specdash.telemetry.numa import NumaNode, NumaStat
 from specdash.telemetry.process import ProcessStats
 
@@ -242,7 +243,7 @@ class ServerEvent:
     """One remote server as the fleet table shows it (vLLM-style field names)."""
 
     url: str
-    state: str  # up | down | starting
+    state: str  # up | down | starting | bad (it answers, with numbers that cannot be counts)
     backend: str = ""  # llamacpp | vllm | specdash
     model: str = ""
     requests_running: int | None = None
@@ -266,6 +267,7 @@ class ServerEvent:
     resets: int = 0  # counter resets seen (server restarts)
     last_seen: float | None = None  # wall clock (time.time()) of the last good poll
     error: str = ""
+    note: str = ""  # what the reading left out, and why (per-position series beyond the cap)
     t: float = 0.0
     event: str = "server"
 
@@ -461,7 +463,87 @@ def from_dict(data: Any) -> Event:
     if cls is None:
         raise ContractError(f"unknown event {tag!r}; expected one of {', '.join(EVENT_TYPES)}")
     event: Event = _build(cls, data, cls.__name__)
+    _check_event(event, cls.__name__)
     return event
+
+
+# --- what a live source can emit ------------------------------------------------------
+# from_dict refuses what no source ever emits, so a recording (or a peer) cannot feed the
+# dashboard numbers it was never built for: Python's json reads `Infinity` and `NaN`, and a
+# hand-edited or corrupted line can say anything. The rules go by type and field name,
+# not per event, so a field added later is covered by the same rules.
+
+# Every number is a count, a size, a duration, a rate or a clock reading: finite, never
+# negative, and within 2^53 (beyond it a float no longer counts by one). A field that may
+# legitimately be negative is named here, as "Class.field".
+SIGNED: frozenset[str] = frozenset()
+MAX_NUMBER = 2**53
+# Fields that are fractions, 0..1.
+FRACTIONS = frozenset({"acceptance_rate", "fraction", "top_p", "draft_p_min"})
+# Fields that are a draft length, and lists with an entry per draft position.
+K_FIELDS = frozenset({"k", "k_min", "k_max"})
+PER_POSITION_SUFFIX = "_per_pos"
+
+
+def _number(value: float, where: str) -> None:
+    if 0 <= value <= MAX_NUMBER:  # nearly every number: one comparison (NaN fails it)
+        return
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ContractError(f"{where}: {value!r} is not a finite number")
+    field_ = where.split("[", 1)[0]
+    if value < 0 and field_ not in SIGNED:
+        raise ContractError(f"{where}: {_short(value)} is negative; it is a count, size or time")
+    if abs(value) > MAX_NUMBER:
+        raise ContractError(f"{where}: {_short(value)} is beyond 2^53; no source measures that much")
+
+
+@functools.cache
+def _ruled_fields(cls: type) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """`cls`'s fields under the name rules: fractions, draft lengths, per-position lists."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    return (tuple(n for n in names if n in FRACTIONS), tuple(n for n in names if n in K_FIELDS),
+            tuple(n for n in names if n.endswith(PER_POSITION_SUFFIX)))
+
+
+def _short(value: float) -> str:
+    text = repr(value)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
+
+
+def _check_event(event: Any, where: str) -> None:
+    """The rules across fields (each number alone was checked as it was read)."""
+    cls: type = type(event)
+    fractions, ks, per_pos = _ruled_fields(cls)
+    for name in fractions:
+        value = getattr(event, name)
+        if isinstance(value, float) and value > 1:
+            raise ContractError(f"{where}.{name}: {value!r} is a fraction; valid: 0..1")
+    for name in ks:
+        value = getattr(event, name)
+        if isinstance(value, int) and value > K_CAP:
+            raise ContractError(f"{where}.{name}: {value} drafts; valid: 0..{K_CAP}")
+    for name in per_pos:
+        value = getattr(event, name)
+        if isinstance(value, list) and len(value) > K_CAP:
+            raise ContractError(f"{where}.{name}: {len(value)} positions; valid: at most {K_CAP}")
+
+    def at_most(small: str, big: str) -> None:
+        a, b = getattr(event, small, None), getattr(event, big, None)
+        if isinstance(a, int) and isinstance(b, int) and a > b:
+            raise ContractError(f"{where}.{small}: {a} is more than {big} ({b})")
+
+    at_most("accepted", "drafted")
+    at_most("num_accepted_tokens", "num_draft_tokens")
+    if isinstance(event, StepEvent):
+        at_most("drafted", "k")
+        if len(event.from_draft) != len(event.pieces):
+            raise ContractError(f"{where}.from_draft: {len(event.from_draft)} entries for {len(event.pieces)} pieces; "
+                                "one per committed token")
+        if len(event.tokens) > len(event.pieces):
+            raise ContractError(f"{where}.tokens: {len(event.tokens)} tokens for {len(event.pieces)} pieces")
+        if sum(event.from_draft) > event.accepted:
+            raise ContractError(f"{where}.from_draft: {sum(event.from_draft)} tokens from the draft, "
+                                f"but {event.accepted} accepted")
 
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
@@ -505,7 +587,8 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise ContractError(f"{where}: expected an object, got {type(value).__name__}")
-        return dict(value)
+        key_tp, value_tp = (typing.get_args(tp) + (Any, Any))[:2]
+        return {_convert(key_tp, k, where): _convert(value_tp, v, f"{where}[{k!r}]") for k, v in value.items()}
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         if not isinstance(value, dict):
             raise ContractError(f"{where}: expected an object, got {type(value).__name__}")
@@ -513,10 +596,13 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ContractError(f"{where}: expected a number, got {value!r}")
+        _number(value, where)
         return float(value)
     if tp in (int, bool, str):
         if type(value) is not tp:
             raise ContractError(f"{where}: expected {tp.__name__}, got {value!r}")
+        if tp is int:
+            _number(value, where)
         return value
     return value
 

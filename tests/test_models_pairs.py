@@ -397,3 +397,34 @@ def test_cli_pairs_help_states_the_ranking_rule(capsys):
     assert exc.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert " ".join(RANKING_RULE.split()) in text
+
+
+def test_cli_pairs_lists_the_files_it_could_not_read(smol_path, variants, tmp_path, capsys, monkeypatch):
+    """`models scan` names unreadable files with the reason; `models pairs` said nothing
+    about them, in text or JSON (issue 22)."""
+    monkeypatch.setenv("COLUMNS", "200")
+    d = link(tmp_path / "d", variants["plus-128"])
+    with open(smol_path, "rb") as src:
+        (d / "cut-header.gguf").write_bytes(src.read(100_000))
+    (d / "notes.gguf").write_text("hello, this is not a model\n")
+    expected = {"cut-header.gguf": "truncated GGUF: the header runs past the end of the file (100,000 bytes)",
+                "notes.gguf": "not a GGUF file (starts with b'hell', expected b'GGUF')"}
+
+    assert main(["models", "pairs", str(smol_path), str(d), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {Path(p["path"]).name: p["reason"] for p in data["unreadable"]} == expected
+    assert all(Path(p["path"]).parent == d for p in data["unreadable"])
+    assert [v["draft"]["label"] for v in data["compatible"]] == ["plus-128"]
+
+    assert main(["models", "pairs", str(smol_path), str(d)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (line,) = [line for line in lines if "not read" in line]
+    assert line.startswith("2 file(s) not read, so not judged: ")
+    for name, reason in expected.items():
+        assert f"{name}: {reason}" in line
+    assert lines.index(line) > next(i for i, text in enumerate(lines) if "plus-128" in text)  # under the table
+
+
+def test_cli_pairs_json_lists_none_unreadable_when_all_read(smol_path, variants, tmp_path, capsys):
+    assert main(["models", "pairs", str(smol_path), str(link(tmp_path / "d", variants["pard"])), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["unreadable"] == []

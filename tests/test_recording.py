@@ -281,3 +281,108 @@ def test_replay_keys_play_pause_speed_and_seek(tmp_path):
         assert data["replay"]["file"] == str(path) and data["replay"]["offset_s"] == 10.0
 
     asyncio.run(drive())
+
+
+# --- impossible numbers (issue 22) ---
+
+def _synthetic(path, steps: int = 30) -> list[str]:
+    """A small valid recording (settings, then a step a second); its lines."""
+    rec = Recorder(path)
+    rec(E.SettingsEvent(source="engine", target="t", drafter="lookup", draft="lookup", k=4, target_path="/m/t.gguf"))
+    for i in range(1, steps + 1):
+        rec(E.StepEvent(i, 4, "lookup", 3, 2, [1, 2, 3], ["a", "b", "c"], [True, True, False], 1.0, 2.0, 0.1,
+                        i * 3, i * 3, 100.0 + i))
+    rec.close()
+    return path.read_text().splitlines(keepends=True)
+
+
+IMPOSSIBLE = [  # a step's fields as a broken writer (or a hand edit) might leave them, and the refusal
+    ({"verify_ms": "Infinity", "accepted": -7}, "StepEvent.accepted: -7 is negative"),  # fields in order
+    ({"verify_ms": "Infinity"}, "StepEvent.verify_ms: inf is not a finite number"),
+    ({"accepted": 5}, "StepEvent.accepted: 5 is more than drafted (3)"),
+    ({"drafted": 9}, "StepEvent.drafted: 9 is more than k (4)"),
+    ({"k": 1000, "drafted": 3}, "StepEvent.k: 1000 drafts; valid: 0..64"),
+    ({"t": "NaN"}, "StepEvent.t: nan is not a finite number"),
+    ({"draft_ms": "-Infinity"}, "StepEvent.draft_ms: -inf is not a finite number"),
+    ({"n_past": 10**40}, "StepEvent.n_past: 100000000000... (41 digits) is beyond 2^53"),
+    ({"from_draft": [True]}, "StepEvent.from_draft: 1 entries for 3 pieces"),
+    ({"from_draft": [True, True, True], "accepted": 2}, "StepEvent.from_draft: 3 tokens from the draft, but 2 accepted"),
+]
+
+
+def _with_bad_line(tmp_path, patch: dict, at: int = 12):
+    lines = _synthetic(tmp_path / "good.jsonl")
+    step = json.loads(lines[at - 1])
+    text = json.dumps({**step, **patch})
+    for word in ("Infinity", "-Infinity", "NaN"):  # json writes these bare, as Python's json reads them
+        text = text.replace(f'"{word}"', word)
+    bad = tmp_path / "impossible.jsonl"
+    bad.write_text("".join(lines[: at - 1]) + text + "\n" + "".join(lines[at:]))
+    return bad
+
+
+@pytest.mark.parametrize("patch, says", IMPOSSIBLE)
+def test_impossible_numbers_stop_the_recording_at_their_line(tmp_path, patch, says):
+    rec = read_recording(_with_bad_line(tmp_path, patch))
+    assert rec.problem.startswith(f"stopped at line 12: {says}"), rec.problem
+    assert len(rec.events) == 10  # lines 2..11
+
+
+def test_replay_summary_says_where_an_impossible_recording_stops(tmp_path):
+    bad = _with_bad_line(tmp_path, {"verify_ms": "Infinity", "accepted": -7})
+    proc = specdash("replay", "--summary", str(bad))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert "stopped at line 12: StepEvent.accepted: -7 is negative" in proc.stdout
+
+
+def _replay_dashboard(source, tmp_path) -> None:
+    """The replay dashboard on `source`, played to its end at 16x; fails on any exception."""
+    import asyncio
+
+    from specdash.engine.settings import EngineSettings
+    from specdash.tui.app import DashboardOptions, SpecdashApp
+
+    async def drive() -> None:
+        app = SpecdashApp(DashboardOptions(settings=EngineSettings(), screenshots_dir=str(tmp_path / "shots")),
+                          source_factory=lambda s, p: source, local_telemetry=False, hints=lambda: [])
+        async with app.run_test(size=(100, 30)) as pilot:
+            for _ in range(500):
+                if app.state.replay is not None:
+                    break
+                await pilot.pause(0.02)
+            await pilot.press("end")
+            for _ in range(500):
+                if app.state.state == "ended" and app.panels_current:
+                    break
+                await pilot.pause(0.02)
+            await pilot.pause(0.3)  # a refresh tick: the charts draw what they were given
+            assert app.state.state == "ended"
+            app.save_screenshot(str(tmp_path / "end.svg"))
+        assert app.return_code in (None, 0)
+
+    asyncio.run(drive())
+
+
+def test_the_replay_dashboard_stops_at_an_impossible_line(tmp_path):
+    """It died in textual-plot's axis formatter (ValueError: cannot convert float NaN to integer)."""
+    source = ReplaySource(_with_bad_line(tmp_path, {"verify_ms": "Infinity", "accepted": -7}))
+    assert source.recording.problem.startswith("stopped at line 12: StepEvent.accepted: -7")
+    _replay_dashboard(source, tmp_path)
+
+
+def test_the_charts_never_receive_a_non_finite_value(tmp_path):
+    """Whatever the contract lets through (here: events built in memory, which no reader
+    checked), no NaN or infinity reaches a chart."""
+    from specdash.recording import Recording
+
+    path = tmp_path / "mem.jsonl"
+    good = read_recording(path) if _synthetic(path) else None
+    assert good is not None and not good.problem
+    events = list(good.events)
+    events[5] = dataclasses.replace(events[5], verify_ms=float("inf"))
+    events[8] = dataclasses.replace(events[8], t=float("nan"))
+    events.insert(10, E.CountersEvent(seconds=5e-324, tokens=9, steps=3, num_drafts=3, num_draft_tokens=9,
+                                      num_accepted_tokens=4, num_accepted_tokens_per_pos=[3, 1], k=3, t=120.0))
+    rec = Recording(path, good.header, events)
+    _replay_dashboard(ReplaySource(path, recording=rec), tmp_path)

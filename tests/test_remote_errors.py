@@ -132,3 +132,144 @@ def test_timeouts_are_one_line() -> None:
         proc = attach(srv.url, "--once", "--timeout", "0.5")
         assert time.monotonic() - t0 < 30
     one_error_line(proc, srv.url, "no answer within 0.5s")
+
+
+# --- numbers that cannot be counts (issue 22) ---
+
+def exposition(draft_tokens: str, per_pos: int = 2) -> str:
+    lines = ["# TYPE llamacpp:n_decode_total counter", "llamacpp:n_decode_total 30",
+             "# TYPE llamacpp:tokens_predicted_total counter", "llamacpp:tokens_predicted_total 40",
+             "# TYPE llamacpp:spec_decode_num_drafts_total counter", "llamacpp:spec_decode_num_drafts_total 10",
+             "# TYPE llamacpp:spec_decode_num_draft_tokens_total counter",
+             f"llamacpp:spec_decode_num_draft_tokens_total {draft_tokens}",
+             "# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter",
+             "llamacpp:spec_decode_num_accepted_tokens_total 12",
+             "# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter"]
+    lines += [f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} 1' for i in range(per_pos)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("value, why", [("inf", "infinite"), ("-5", "negative"), ("1e308", "beyond 2^53"),
+                                        ("NaN", "not a number"), ("-Inf", "infinite")])
+def test_a_counter_that_cannot_be_a_count_is_a_bad_reading(value: str, why: str) -> None:
+    """It crashed the poll (OverflowError in server_event), then printed an empty error."""
+    with ReplayServer(Canned({"/metrics": text(exposition(value))})) as srv:
+        proc = attach(srv.url, "--once", "--interval", "0.1")
+    line = one_error_line(proc, srv.url + "/metrics", "bad reading",
+                          "llamacpp:spec_decode_num_draft_tokens_total", why)
+    assert line.rstrip() != "specdash: error:"
+    assert proc.stdout.startswith(f"{srv.url}  bad · last seen"), proc.stdout
+
+
+def test_a_bad_reading_keeps_polling_and_recovers() -> None:
+    """One server's bad numbers: that server shows "bad" with the metric; the next good
+    poll is "up" again, from the last good baseline (no negative rate, no reset)."""
+    from specdash.sources.remote import RemoteSource
+
+    pages = iter([exposition("20"), exposition("inf"), exposition("26")])
+    current = {"page": ""}
+
+    def metrics(path: str, headers: dict[str, str]) -> tuple[int, str, bytes]:
+        return text(current["page"])
+
+    with ReplayServer(Canned({"/metrics": metrics})) as srv:
+        source = RemoteSource(srv.url)
+        try:
+            rows = []
+            for page in pages:
+                current["page"] = page
+                rows.append(source.poll_now())
+        finally:
+            source.close()
+    assert [r.state for r in rows] == ["up", "bad", "up"]
+    assert "llamacpp:spec_decode_num_draft_tokens_total = inf (infinite)" in rows[1].error
+    assert rows[1].last_seen is not None  # it answered
+    assert rows[2].resets == 0 and rows[2].num_draft_tokens == 26
+
+
+def test_per_position_series_beyond_the_cap_are_dropped_with_a_note() -> None:
+    """5,000 positions (300,000 took 7 s per --once): 64 are kept, the rest are noted."""
+    with ReplayServer(Canned({"/metrics": text(exposition("20", per_pos=5000))})) as srv:
+        proc = attach(srv.url, "--once", "--json", "--interval", "0.1")
+        plain = attach(srv.url, "--once", "--interval", "0.1")
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout)
+    assert row["state"] == "up"
+    assert row["num_accepted_tokens_per_pos"] == [1] * 64
+    assert row["note"].startswith("4936 per-position series at position 64 or beyond were dropped")
+    assert plain.returncode == 0 and "note: 4936 per-position series" in plain.stdout
+
+
+def test_a_far_position_allocates_nothing() -> None:
+    """position="1000000000" once meant a list of a billion zeros."""
+    from specdash.remote.backends import snapshot
+    from specdash.remote.metrics import parse
+
+    page = exposition("20").replace('position="1"', 'position="1000000000"')
+    # Dropped before parsing (the default keeps the backends' families), or after it
+    # (keep=None parses everything).
+    for scrape in (parse(page), parse(page, keep=None)):
+        snap = snapshot(scrape, "llamacpp")
+        assert snap.counters.per_pos == [1.0]
+        assert snap.notes and snap.notes[0].startswith("1 per-position series")
+
+
+def test_no_error_message_is_empty(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """An exception without text: the handler says which and where, not `specdash: error: `."""
+    from specdash import cli
+    from specdash.commands import attach as attach_cmd
+
+    def boom(args: object) -> int:
+        raise SpecdashError("")
+
+    monkeypatch.setattr(attach_cmd, "run", boom)
+    assert cli.main(["attach", "http://127.0.0.1:1", "--once"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("specdash: error: SpecdashError, with no message, raised in boom (test_remote_errors.py:"), err
+
+
+def test_a_failure_handling_a_poll_is_shown_not_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug after the poll left the row "starting" with no reason (and `--once` printed
+    `specdash: error: ` with nothing after it)."""
+    from specdash.sources.remote import RemoteSource
+
+    with ReplayServer(Canned({"/metrics": text(exposition("20"))})) as srv:
+        source = RemoteSource(srv.url)
+        try:
+            def broken(t: float | None = None) -> object:
+                raise OverflowError
+            monkeypatch.setattr(source.watch, "server_event", broken)
+            row = source.poll_now()
+        finally:
+            source.close()
+    assert row.state == "bad"
+    assert "handling a poll failed (OverflowError, with no message, raised in broken" in row.error, row.error
+
+
+def test_slots_with_nonsense_numbers() -> None:
+    from specdash.remote.backends import parse_slots
+
+    data = json.loads('[{"id": 0, "is_processing": true, "next_token": {"n_decoded": Infinity}},'
+                      ' {"id": "x", "is_processing": true, "id_task": NaN, "next_token": [{"n_decoded": -4}]},'
+                      ' {"id": 2, "n_ctx": 1e400, "next_token": {"n_decoded": 7}}]')
+    slots = parse_slots(data)
+    assert [(s.id, s.n_decoded, s.id_task, s.n_ctx) for s in slots] == [(0, 0, None, None), (1, 0, None, None),
+                                                                        (2, 7, None, None)]
+
+
+def test_the_dropped_positions_note_is_told_once_in_the_dashboard() -> None:
+    from specdash.events import NoticeEvent
+    from specdash.sources.remote import RemoteSource
+
+    with ReplayServer(Canned({"/metrics": text(exposition("20", per_pos=100))})) as srv:
+        source = RemoteSource(srv.url)
+        emitted: list[object] = []
+        source._emit = emitted.append  # as start() would, without the poller thread
+        try:
+            rows = [source.poll_now() for _ in range(3)]
+        finally:
+            source.close()
+    notices = [ev.message for ev in emitted if isinstance(ev, NoticeEvent)]
+    assert notices == [f"{srv.url}: 36 per-position series at position 64 or beyond were dropped: no drafter "
+                       "drafts that far (specdash shows positions 0-63)"]
+    assert all(len(r.num_accepted_tokens_per_pos) == 64 and r.note for r in rows)

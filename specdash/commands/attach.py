@@ -166,13 +166,19 @@ def text_row(row: Any) -> str:
         return "-" if value is None else format(value, fmt)
     if row.state != "up":
         seen = "never seen" if row.last_seen is None else f"last seen {time.time() - row.last_seen:.0f}s ago"
-        return f"{row.url}  {row.state} · {seen} · {row.error}"
+        return f"{row.url}  {row.state} · {seen} · {row_error(row)}"
     run_ = "-" if row.requests_running is None else row.requests_running
     wait = "-" if row.requests_waiting is None else row.requests_waiting
     return (f"{row.url}  {row.backend} {row.model or '?'}  busy/queued {run_}/{wait}  "
             f"gen {f(row.generation_tokens_per_s, '.1f')} tok/s  prompt {f(row.prompt_tokens_per_s, '.1f')} tok/s  "
             f"acceptance {f(row.acceptance_rate, '.1%')}  mean len {f(row.mean_accepted_length, '.2f')}  "
-            f"tok/step {f(row.tokens_per_step, '.2f')}  errors {row.errors}  resets {row.resets}")
+            f"tok/step {f(row.tokens_per_step, '.2f')}  errors {row.errors}  resets {row.resets}"
+            + (f"  note: {row.note}" if row.note else ""))
+
+
+def row_error(row: Any) -> str:
+    """A row's error, never empty: a server that is not up says at least that."""
+    return row.error or f"{row.url}: {row.state}, no answer read yet"
 
 
 def _print_row(row: Any, as_json: bool) -> None:
@@ -187,7 +193,7 @@ def once(sources: list[Any], args: argparse.Namespace) -> int:
         _print_row(row, args.json)
     for row in rows:
         if row.state != "up":
-            print(f"specdash: error: {row.error}", file=sys.stderr)
+            print(f"specdash: error: {row_error(row)}", file=sys.stderr)
     return 0 if any(row.state == "up" for row in rows) else 2
 
 

@@ -508,4 +508,9 @@ def _print_pairs(report: PairsReport) -> None:
         for v in bad:
             table.add_row(v.draft.label, v.failed_rule or "-", v.evidence, style="dim")
         out.print(table)
+    if report.unreadable:
+        # One line, as `models scan` words each reason; the paths are in --json.
+        skipped = "; ".join(f"{p.path.name}: {p.reason}" for p in report.unreadable)
+        out.print(Text(f"{len(report.unreadable)} file(s) not read, so not judged: {skipped}", style="yellow"),
+                  soft_wrap=True)
     out.print(Text(RANKING_RULE, style="dim"))

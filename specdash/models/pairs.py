@@ -16,7 +16,7 @@ from typing import Any
 from specdash.errors import SpecdashError
 from specdash.models.compat import TRANSLATION_TIER, Rule, evaluate_rules, translation_applies, translation_note
 from specdash.models.rollback_info import short
-from specdash.models.scan import ModelInfo, ScanResult, inspect_model
+from specdash.models.scan import ModelInfo, ScanProblem, ScanResult, inspect_model
 
 # Full size points at this size ratio (target bytes / draft bytes) or more: the research
 # behind specdash found a 0.5B draft best for 32B-72B targets on CPU, i.e. 64-144x.
@@ -117,6 +117,9 @@ class PairsReport:
     target: ModelInfo
     verdicts: tuple[PairVerdict, ...]  # compatible in rank order, then the others by name
     warnings: tuple[str, ...]  # about the target itself
+    # Files the scan could not read (truncated, not GGUF...), with why: a draft may be
+    # among them, and the operator should not think the directory held nothing more.
+    unreadable: tuple[ScanProblem, ...] = ()
 
     @property
     def rollback(self) -> str:
@@ -143,6 +146,7 @@ class PairsReport:
             "compatible": [v.to_dict() for v in self.compatible()],
             "translated": [v.to_dict() for v in self.translated()],
             "incompatible": [v.to_dict() for v in self.incompatible()],
+            "unreadable": [p.to_dict() for p in self.unreadable],
         }
 
 
@@ -291,7 +295,7 @@ def pairs_report(target: str | Path | ModelInfo, scan_result: ScanResult) -> Pai
     ranked += [_with_rank(v, i) for i, v in enumerate(translated, len(ranked) + 1)]
     bad = sorted((v for v in verdicts if not v.compatible and not v.translation),
                  key=lambda v: (v.draft.label, str(v.draft.path)))
-    return PairsReport(info, tuple(ranked + bad), tuple(target_warnings(info)))
+    return PairsReport(info, tuple(ranked + bad), tuple(target_warnings(info)), tuple(scan_result.problems))
 
 
 def _with_rank(v: PairVerdict, rank: int) -> PairVerdict:

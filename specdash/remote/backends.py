@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
-from specdash.remote.metrics import Scrape, histogram_buckets
+from specdash.remote.metrics import MAX_POSITIONS, MAX_READING, Scrape, histogram_buckets
 
 TTFT = "ttft"
 ITL = "itl"
@@ -71,6 +71,7 @@ class Snapshot:
     # time), None when the backend has none: then only a counter going down tells.
     start_marker: float | None = None
     start_time: float | None = None  # server process start, Unix seconds, when exposed
+    notes: list[str] = field(default_factory=list)  # what was left out of this reading, and why
 
 
 @dataclass(slots=True)
@@ -109,30 +110,52 @@ def _int(x: float | None) -> int | None:
     return None if x is None else int(round(x))
 
 
-def _per_pos(scrape: Scrape, name: str) -> list[float]:
+def _per_pos(scrape: Scrape, name: str) -> tuple[list[float], int]:
+    """The per-position counts, positions 0..MAX_POSITIONS-1, and how many series lay
+    beyond (dropped: parse() drops most before parsing, this the rest)."""
     by_pos = scrape.by_label(name, "position")
     positions: dict[int, float] = {}
+    dropped = scrape.dropped_positions
     for key, value in by_pos.items():
         try:
-            positions[int(key)] = value
+            pos = int(key)
         except ValueError:
             continue
+        if 0 <= pos < MAX_POSITIONS:
+            positions[pos] = value
+        elif pos >= MAX_POSITIONS:
+            dropped += 1
     if not positions:
-        return []
-    return [positions.get(i, 0.0) for i in range(max(positions) + 1)]
+        return [], dropped
+    return [positions.get(i, 0.0) for i in range(max(positions) + 1)], dropped
 
 
-def _spec(scrape: Scrape, prefix: str, c: Counters) -> None:
+def per_pos_note(dropped: int) -> str:
+    return (f"{dropped} per-position series at position {MAX_POSITIONS} or beyond were dropped: "
+            f"no drafter drafts that far (specdash shows positions 0-{MAX_POSITIONS - 1})")
+
+
+def _spec(scrape: Scrape, prefix: str, c: Counters, notes: list[str]) -> None:
     c.num_drafts = scrape.value(prefix + "spec_decode_num_drafts_total", 0.0) or 0.0
     c.num_draft_tokens = scrape.value(prefix + "spec_decode_num_draft_tokens_total", 0.0) or 0.0
     c.num_accepted_tokens = scrape.value(prefix + "spec_decode_num_accepted_tokens_total", 0.0) or 0.0
-    c.per_pos = _per_pos(scrape, prefix + "spec_decode_num_accepted_tokens_per_pos_total")
+    c.per_pos, dropped = _per_pos(scrape, prefix + "spec_decode_num_accepted_tokens_per_pos_total")
+    if dropped:
+        notes.append(per_pos_note(dropped))
     c.raw.update(num_drafts=c.num_drafts, num_draft_tokens=c.num_draft_tokens,
                  num_accepted_tokens=c.num_accepted_tokens)
 
 
+def _count(value: Any) -> int:
+    """A JSON count from /slots: a whole number 0..2^53, else 0 (Python's json reads
+    `Infinity`, `NaN` and `1e400`; none of them is a count)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    return int(value) if 0 <= value <= MAX_READING else 0  # NaN fails the comparison
+
+
 def parse_slots(data: Any) -> list[SlotInfo]:
-    """/slots JSON -> slots; tolerant of fields a build leaves out."""
+    """/slots JSON -> slots; tolerant of fields a build leaves out, and of nonsense."""
     out: list[SlotInfo] = []
     if not isinstance(data, list):
         return out
@@ -142,18 +165,20 @@ def parse_slots(data: Any) -> list[SlotInfo]:
         n_decoded = 0
         next_token = item.get("next_token")
         if isinstance(next_token, list) and next_token and isinstance(next_token[0], dict):
-            n_decoded = int(next_token[0].get("n_decoded") or 0)
+            n_decoded = _count(next_token[0].get("n_decoded"))
         elif isinstance(next_token, dict):
-            n_decoded = int(next_token.get("n_decoded") or 0)
+            n_decoded = _count(next_token.get("n_decoded"))
         id_task = item.get("id_task")
         raw_params = item.get("params")
         params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
+        n_ctx = item.get("n_ctx")
+        slot_id = item.get("id")
         out.append(SlotInfo(
-            id=int(item.get("id", len(out))),
+            id=slot_id if isinstance(slot_id, int) and not isinstance(slot_id, bool) else len(out),
             is_processing=bool(item.get("is_processing", False)),
-            id_task=int(id_task) if isinstance(id_task, int) else None,
+            id_task=id_task if isinstance(id_task, int) and not isinstance(id_task, bool) else None,
             n_decoded=n_decoded,
-            n_ctx=item.get("n_ctx") if isinstance(item.get("n_ctx"), int) else None,
+            n_ctx=n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 else None,
             speculative=item.get("speculative") if isinstance(item.get("speculative"), bool) else None,
             spec_types=str(params.get("speculative.types") or ""),
         ))
@@ -182,7 +207,8 @@ def llamacpp_snapshot(scrape: Scrape, slots: list[SlotInfo] | None = None,
     n_decode = scrape.value(p + "n_decode_total", 0.0) or 0.0
     c.prompt_tokens = scrape.value(p + "prompt_tokens_total", 0.0) or 0.0
     c.steps = n_decode
-    _spec(scrape, p, c)
+    notes: list[str] = []
+    _spec(scrape, p, c, notes)
     c.raw.update(tokens_predicted=predicted, n_decode=n_decode, prompt_tokens=c.prompt_tokens)
     in_flight = sum(s.n_decoded for s in slots or [] if s.is_processing)
     c.tokens = predicted + in_flight
@@ -192,7 +218,7 @@ def llamacpp_snapshot(scrape: Scrape, slots: list[SlotInfo] | None = None,
         requests_waiting=_int(scrape.value(p + "requests_deferred")),
         k=len(c.per_pos) or None,
         tokens_predicted_total=predicted, n_decode_total=n_decode,
-        in_flight_tokens=in_flight, slots=list(slots or []),
+        in_flight_tokens=in_flight, slots=list(slots or []), notes=notes,
     )
 
 
@@ -208,7 +234,8 @@ def vllm_snapshot(scrape: Scrape) -> VllmSnapshot:
     c = Counters()
     c.tokens = scrape.value(p + "generation_tokens_total", 0.0) or 0.0
     c.prompt_tokens = scrape.value(p + "prompt_tokens_total", 0.0) or 0.0
-    _spec(scrape, p, c)
+    notes: list[str] = []
+    _spec(scrape, p, c, notes)
     # vLLM commits accepted + 1 tokens per decode step of a request: steps = tokens - accepted.
     c.steps = max(0.0, c.tokens - c.num_accepted_tokens)
     c.raw.update(tokens=c.tokens, prompt_tokens=c.prompt_tokens)
@@ -239,7 +266,7 @@ def vllm_snapshot(scrape: Scrape) -> VllmSnapshot:
         kv_cache_usage=kv, k=len(c.per_pos) or None,
         start_marker=created if created is not None else start,
         start_time=start if start is not None else created,
-        engines=engines, models=models,
+        engines=engines, models=models, notes=notes,
     )
 
 
@@ -248,7 +275,8 @@ def specdash_snapshot(scrape: Scrape) -> SpecdashSnapshot:
     c = Counters()
     c.tokens = scrape.value(p + "generation_tokens_total", 0.0) or 0.0
     c.prompt_tokens = scrape.value(p + "prompt_tokens_total", 0.0) or 0.0
-    _spec(scrape, p, c)
+    notes: list[str] = []
+    _spec(scrape, p, c, notes)
     steps = scrape.value(p + "decode_steps_total")
     c.steps = steps if steps is not None else max(0.0, c.tokens - c.num_accepted_tokens)
     c.raw.update(tokens=c.tokens, prompt_tokens=c.prompt_tokens)
@@ -261,8 +289,8 @@ def specdash_snapshot(scrape: Scrape) -> SpecdashSnapshot:
         backend="specdash", counters=c, model=model,
         requests_running=_int(scrape.value(p + "num_requests_running")),
         requests_waiting=_int(scrape.value(p + "num_requests_waiting")),
-        k=_int(k) if k else (len(c.per_pos) or None),
-        start_marker=start, start_time=start, drafter=drafter,
+        k=_int(k) if k and k <= MAX_POSITIONS else (len(c.per_pos) or None),
+        start_marker=start, start_time=start, drafter=drafter, notes=notes,
     )
 
 

@@ -30,7 +30,8 @@ _AUTH_VALUE = re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{4,}")
 class RemoteError(SpecdashError):
     """One failure of one server, as one line naming its URL. `kind` is one of:
     unreachable, timeout, not_metrics, auth, forbidden, no_metrics, not_found, loading,
-    http, bad_response, unknown_backend."""
+    http, bad_response, unknown_backend, bad_reading (it answered, with numbers that
+    cannot be counts)."""
 
     def __init__(self, kind: str, message: str):
         super().__init__(message, exit_code=2)

@@ -12,10 +12,14 @@ Unix timestamp) and its histograms `_bucket{le}`, `_sum`, `_count` (and `_create
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from specdash.engine.settings import K_CAP
 
 # Backends by the prefix of their metric names, in detection order.
 BACKEND_PREFIXES: dict[str, str] = {
@@ -27,6 +31,32 @@ BACKEND_PREFIXES: dict[str, str] = {
 
 class NotMetricsError(ValueError):
     """The text is not Prometheus exposition (an HTML page, JSON, garbage)."""
+
+
+# Every series the backends read is a count, a gauge of work or a Unix time: never
+# negative, never NaN or infinite, and never beyond 2^53, where a float stops counting by
+# one (a counter there is corrupt: at a million tokens a second it takes 285 years).
+MAX_READING = 2.0**53
+
+# Per-position series beyond K_CAP: no drafter specdash knows drafts that far, and a
+# server exposing 300,000 of them cost seconds of parsing per poll; they are dropped
+# before parsing, and the snapshot says how many were.
+MAX_POSITIONS = K_CAP
+_PER_POS = "_per_pos"
+_POSITION = re.compile(r'position="([^"]*)"')
+
+
+def bad_value(value: float) -> str | None:
+    """Why `value` cannot be a reading, or None when it can."""
+    if math.isnan(value):
+        return "not a number"
+    if math.isinf(value):
+        return "infinite"
+    if value < 0:
+        return "negative"
+    if value > MAX_READING:
+        return "beyond 2^53"
+    return None
 
 
 Labels = tuple[tuple[str, str], ...]
@@ -45,6 +75,18 @@ class Scrape:
 
     samples: dict[str, list[Sample]] = field(default_factory=dict)
     types: dict[str, str] = field(default_factory=dict)  # family name -> counter|gauge|histogram...
+    dropped_positions: int = 0  # per-position series at or beyond MAX_POSITIONS, not kept
+
+    def bad_reading(self) -> str | None:
+        """The first sample that cannot be a reading, as `name{labels} = value (why)`,
+        or None when every one can."""
+        for name, samples in self.samples.items():
+            for s in samples:
+                why = bad_value(s.value)
+                if why is not None:
+                    labels = ",".join(f'{k}="{v}"' for k, v in s.labels.items())
+                    return f"{name}{{{labels}}} = {s.value!r} ({why})" if labels else f"{name} = {s.value!r} ({why})"
+        return None
 
     def names(self) -> Iterable[str]:
         return self.samples.keys()
@@ -115,10 +157,24 @@ KEEP = (
 _KEEP_TYPES = tuple(f"# TYPE {prefix}" for prefix in KEEP)
 
 
-def _kept(text: str, keep: tuple[str, ...]) -> str:
+def _kept(text: str, keep: tuple[str, ...]) -> tuple[str, int]:
+    """The lines worth parsing, and how many per-position series were dropped."""
     types = _KEEP_TYPES if keep is KEEP else tuple(f"# TYPE {prefix}" for prefix in keep)
     lines = [line for line in text.splitlines() if line.startswith(keep) or line.startswith(types)]
-    return "\n".join(lines) + "\n"
+    kept = [line for line in lines if not (_PER_POS in line.partition("{")[0] and not line.startswith("#")
+                                           and _far(line))]
+    return "\n".join(kept) + "\n", len(lines) - len(kept)
+
+
+def _far(line: str) -> bool:
+    """A per-position sample at or beyond MAX_POSITIONS."""
+    m = _POSITION.search(line)
+    if m is None:
+        return False
+    try:
+        return int(m.group(1)) >= MAX_POSITIONS
+    except ValueError:
+        return False
 
 
 def parse(text: str, keep: tuple[str, ...] | None = KEEP) -> Scrape:
@@ -130,13 +186,14 @@ def parse(text: str, keep: tuple[str, ...] | None = KEEP) -> Scrape:
         raise NotMetricsError("an HTML page, not Prometheus metrics")
     if head.startswith(("{", "[")):
         raise NotMetricsError("JSON, not Prometheus metrics")
+    dropped = 0
     if keep is not None:
-        kept = _kept(text, keep)
+        kept, dropped = _kept(text, keep)
         if not kept.strip() and text.strip():
             # Nothing we know: parse it all, so garbage is still told from foreign metrics.
-            kept = text
+            kept, dropped = text, 0
         text = kept
-    scrape = Scrape()
+    scrape = Scrape(dropped_positions=dropped)
     try:
         for family in text_string_to_metric_families(text):
             scrape.types[family.name] = family.type
@@ -159,6 +216,8 @@ def histogram_buckets(scrape: Scrape, name: str) -> list[tuple[float, float]]:
             bound = float(le)
         except ValueError:
             continue
+        if math.isnan(bound) or bound < 0 or bound == float("-inf"):
+            continue  # not a bucket bound: a quantile from it would be nonsense
         acc[bound] = acc.get(bound, 0.0) + s.value
     return sorted(acc.items())
 

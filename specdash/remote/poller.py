@@ -2,8 +2,9 @@
 
 `ServerWatch` does one poll (synchronously): /props once per connection (the model, and
 whether this is a llama-server router), /metrics every time, and /slots for llama.cpp
-(live tokens). It keeps the server's state: up/down/starting, when it was last seen, the
-error text, how many polls failed, and the counter window.
+(live tokens). It keeps the server's state: up/down/starting, or bad (it answers with
+numbers no counter can hold: NaN, inf, negative, beyond 2^53, more accepted than drafted),
+when it was last seen, the error text, how many polls failed, and the counter window.
 
 `Poller` runs a watch on a daemon thread. Polls never overlap: the next one is scheduled
 only after the previous one returned, `interval` after it started (or a little after it
@@ -15,16 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from specdash.errors import describe
 from specdash.events import ServerEvent, now
 from specdash.remote.backends import ITL, TTFT, LlamaCppSnapshot, SlotInfo, Snapshot, parse_slots, snapshot
 from specdash.remote.client import Client, RemoteError, model_query
-from specdash.remote.metrics import NotMetricsError, parse
+from specdash.remote.metrics import MAX_READING, NotMetricsError, parse
 from specdash.remote.window import CounterWindow, Delta, acceptance_rate, mean_accepted_length
 
 log = logging.getLogger(__name__)
@@ -93,6 +96,7 @@ class ServerWatch:
         self.router: RouterInfo | None = None
         self.slots_supported = True
         self.last: Snapshot | None = None
+        self.notes: list[str] = []  # what the last good reading left out (snapshot notes)
         self._clock = clock
         self._wall = wall
         self._need_props = True
@@ -157,6 +161,10 @@ class ServerWatch:
             if backend is None:
                 raise RemoteError("unknown_backend", f"{self.url}/metrics: Prometheus metrics, but none "
                                   f"named llamacpp:, vllm: or specdash:; is this an inference server?")
+            bad = scrape.bad_reading()
+            if bad is not None:
+                raise RemoteError("bad_reading", f"{self.url}/metrics: bad reading {bad}: a count must be a "
+                                  f"finite number from 0 to 2^53")
             slots: list[SlotInfo] | None = None
             # /slots matters while a slot is busy (its in-flight n_decoded), and on
             # (re)connecting (what the slots speculate with); an idle server costs one
@@ -172,8 +180,17 @@ class ServerWatch:
                 # Idle: the slots as last read, none in flight.
                 slots = [dataclasses.replace(s, is_processing=False, n_decoded=0) for s in self.last.slots]
             snap = snapshot(scrape, backend, slots=slots, props=self.props)
+            why = self.window.check(snap.counters, snap.start_marker)
+            if why is not None:
+                raise RemoteError("bad_reading", f"{self.url}/metrics: bad reading: {why}")
         except RemoteError as exc:
             return self._failed(exc, was_up)
+        except (ValueError, TypeError, OverflowError, KeyError, AttributeError, IndexError) as exc:
+            # The server's answer broke a reader here: a bug of ours or nonsense of its
+            # own; either way this server shows it and the polls go on.
+            log.debug("reading %s failed", self.url, exc_info=True)
+            return self._failed(RemoteError("bad_reading", f"{self.url}: could not read its answer "
+                                            f"({describe(exc)})"), was_up)
         t, wall = self._clock(), self._wall()
         self.backend = snap.backend
         self.polls += 1
@@ -182,6 +199,7 @@ class ServerWatch:
         if reset:
             self._need_props = True  # a restarted server may have another model
         self.last = snap
+        self.notes = list(snap.notes)
         self.state, self.error, self.error_kind = "up", "", ""
         self.last_seen = wall
         if not was_up or reset or self.up_since is None:
@@ -224,9 +242,13 @@ class ServerWatch:
     def _failed(self, exc: RemoteError, was_up: bool) -> PollResult:
         if exc.kind != "switching":  # a switch we asked for is not the server's error
             self.errors += 1
-        self.error = str(exc)
+        self.error = str(exc) or describe(exc)
         self.error_kind = exc.kind
-        self.state = "starting" if exc.kind in ("loading", "switching") else "down"
+        if exc.kind == "bad_reading":
+            # It answered: "bad", not "down", and seen now.
+            self.state, self.last_seen = "bad", self._wall()
+        else:
+            self.state = "starting" if exc.kind in ("loading", "switching") else "down"
         self._need_props = True  # whatever comes back may be another process
         self.up_since = None
         return PollResult(False, self._clock(), self._wall(), error=exc, state_changed=was_up)
@@ -250,7 +272,8 @@ class ServerWatch:
             ev.requests_running = snap.requests_running
             ev.requests_waiting = snap.requests_waiting
             ev.kv_cache_usage = snap.kv_cache_usage
-        ev.num_drafts = int(c.num_drafts)
+        ev.note = "; ".join(self.notes)
+        ev.num_drafts = int(c.num_drafts)  # every reading is finite, 0..2^53 (ServerWatch.poll)
         ev.num_draft_tokens = int(c.num_draft_tokens)
         ev.num_accepted_tokens = int(c.num_accepted_tokens)
         ev.num_accepted_tokens_per_pos = [int(v) for v in c.per_pos]
@@ -277,7 +300,18 @@ class ServerWatch:
             start = snap.start_time if snap.start_time is not None else self.up_since
             if start is not None and self.last_seen is not None:
                 ev.uptime_s = max(0.0, self.last_seen - start)
-        return ev
+        return _figures_shown(ev)
+
+
+def _figures_shown(ev: ServerEvent) -> ServerEvent:
+    """A figure no server can have (a rate over a denormal step count, a quantile from a
+    bucket bound of 1e300) is unknown, not shown: every reading is 0..2^53, but what is
+    derived from them need not be."""
+    for f in dataclasses.fields(ev):
+        value = getattr(ev, f.name)
+        if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= MAX_READING):
+            setattr(ev, f.name, None)
+    return ev
 
 
 def model_status(model: dict[str, Any]) -> str:

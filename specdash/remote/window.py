@@ -9,11 +9,12 @@ becomes a negative rate.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
 from specdash.remote.backends import Counters
-from specdash.remote.metrics import histogram_quantile
+from specdash.remote.metrics import MAX_READING, histogram_quantile
 
 
 @dataclass(slots=True)
@@ -70,6 +71,27 @@ def is_reset(before: Counters, now: Counters, marker_before: float | None = None
     return any(n < b for n, b in zip(now.per_pos, before.per_pos))
 
 
+def impossible(before: Counters | None, now: Counters, reset: bool) -> str | None:
+    """Counts no server can report, or None: more tokens accepted than drafted, in total
+    or (between two polls without a reset) in growth. Such a poll is a bad reading: the
+    window never takes it, so no rate above 100% is ever shown."""
+    # Each sample is 0..2^53 (ServerWatch.poll); series summed over labels (engines, or a
+    # series repeated) can still pass it.
+    sums = [now.tokens, now.prompt_tokens, now.steps or 0.0, now.num_drafts, now.num_draft_tokens,
+            now.num_accepted_tokens, *now.per_pos, *(c for buckets in now.histograms.values() for _, c in buckets)]
+    if any(not value <= MAX_READING for value in sums):
+        return "a count beyond 2^53 once its series are summed"
+    if now.num_accepted_tokens > now.num_draft_tokens:
+        return (f"{now.num_accepted_tokens:.0f} draft tokens accepted but {now.num_draft_tokens:.0f} drafted")
+    if before is not None and not reset:
+        grew_acc = now.num_accepted_tokens - before.num_accepted_tokens
+        grew_drafted = now.num_draft_tokens - before.num_draft_tokens
+        if grew_acc > max(grew_drafted, 0.0):
+            return (f"accepted draft tokens rose by {grew_acc:.0f} while drafted ones rose by "
+                    f"{max(grew_drafted, 0.0):.0f}")
+    return None
+
+
 class CounterWindow:
     """Deltas of the last `seconds` of polls. `add` each poll's totals; read sums/rates."""
 
@@ -89,6 +111,11 @@ class CounterWindow:
         self._last_marker = None
         self._deltas.clear()
         self._total = None
+
+    def check(self, now: Counters, marker: float | None = None) -> str | None:
+        """Why this poll's totals cannot be true (see `impossible`), or None; adds nothing."""
+        reset = self._last is not None and is_reset(self._last, now, self._last_marker, marker)
+        return impossible(self._last, now, reset)
 
     def add(self, t: float, now: Counters, marker: float | None = None) -> Delta | None:
         """This poll's totals at time `t` (seconds, monotonic). Returns the delta since the
@@ -160,7 +187,10 @@ class CounterWindow:
         if tot is None or tot.seconds <= 0:
             return None
         value = getattr(tot, attr)
-        return None if value is None else value / tot.seconds
+        if value is None:
+            return None
+        rate: float = value / tot.seconds
+        return rate if math.isfinite(rate) else None  # polls a denormal interval apart
 
     def quantile(self, name: str, q: float) -> float | None:
         tot = self.total()

@@ -6,7 +6,9 @@ It polls the server on its own timer thread (remote.poller) and speaks the contr
                  (source="remote") built from /props and the metrics, then "running"
     every poll   CountersEvent (the deltas since the previous poll) and ServerEvent (the
                  fleet row); on up<->down transitions StatusEvent("down", error) and back
-                 to "running"; a NoticeEvent when a counter reset shows the server restarted
+                 to "running" (a bad reading, too, is "down" here, and "bad" in the row);
+                 a NoticeEvent when a counter reset shows the server restarted, and when
+                 the reading left something out (per-position series beyond 64)
     NewPrompt    drive mode: the prompt goes to the server's completion endpoint and the
                  streamed text comes back as PromptEvent, PrefillEvent, StepEvents, Summary
     SetDrafter   llama-server in router mode (--models-preset): switch to the preset named
@@ -20,6 +22,7 @@ Credentials given as headers or URL userinfo never appear in any event (client.R
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -29,6 +32,7 @@ from typing import Any
 
 from specdash import events as E
 from specdash.commands_registry import name_of
+from specdash.errors import describe
 from specdash.events import Event, now
 from specdash.remote.backends import LlamaCppSnapshot, Snapshot
 from specdash.remote.client import Client, RemoteError, parse_url
@@ -166,12 +170,16 @@ class _Drive:
         elapsed_ms = (t - self._last_t) * 1000.0 if self._last_t else 0.0
         self._last_t = t
         n = len(group["pieces"])
-        accepted = min(group["accepted"], n)
+        drafted = group["drafted"]
+        # A last verification read only from the final timings may lump steps together:
+        # the contract wants accepted <= drafted <= K, so K is at least what was drafted.
+        accepted_all = min(group["accepted"], drafted)
+        accepted = min(accepted_all, n)
         self.generated += n
         self.step += 1
         yield E.StepEvent(
-            step=self.step, k=self.k or group["drafted"], drafter=self.drafter if group["drafted"] else "none",
-            drafted=group["drafted"], accepted=group["accepted"], tokens=list(group["tokens"]),
+            step=self.step, k=max(self.k or 0, drafted), drafter=self.drafter if drafted else "none",
+            drafted=drafted, accepted=accepted_all, tokens=list(group["tokens"]),
             pieces=list(group["pieces"]), from_draft=[i < accepted for i in range(n)],
             draft_ms=0.0, verify_ms=elapsed_ms, other_ms=0.0, n_past=self.n_prompt + self.generated,
             n_generated=self.generated, t=t)
@@ -205,6 +213,7 @@ class RemoteSource:
         self._settings: E.SettingsEvent | None = None
         self._server: E.ServerEvent = E.ServerEvent(url=self.url, state="starting")
         self._status = ""
+        self._note = ""  # the reading's note last told (a notice each time it changes)
         self._prompts: queue.Queue[E.NewPrompt | None] = queue.Queue()
         self._driver: threading.Thread | None = None
         self._stream_cancel = threading.Event()
@@ -292,8 +301,12 @@ class RemoteSource:
     def _on_poll(self, r: PollResult) -> None:
         try:
             self._handle_poll(r)
-        except Exception:  # a bug here must not stop the polls; it is logged
+        except Exception as exc:  # a bug here must not stop the polls; it is logged
             log.exception("remote source %s: handling a poll failed", self.url)
+            # ...and shown: the row would otherwise say "starting" with no reason.
+            self._server = E.ServerEvent(url=self.url, state="bad", errors=self.watch.errors,
+                                         error=f"{self.url}: handling a poll failed ({describe(exc)})", t=r.t)
+            self._put(self._server)
 
     def _handle_poll(self, r: PollResult) -> None:
         w = self.watch
@@ -313,11 +326,15 @@ class RemoteSource:
                     num_draft_tokens=d.num_draft_tokens, num_accepted_tokens=d.num_accepted_tokens,
                     num_accepted_tokens_per_pos=list(d.per_pos), prompt_tokens=d.prompt_tokens,
                     k=r.snapshot.k, t=r.t))
+            note = "; ".join(w.notes)
+            if note and note != self._note:
+                self._notice("warning", f"{self.url}: {note}")
+            self._note = note
         else:
-            state = w.state  # down | starting
+            state = w.state  # down | starting | bad
             if self._status != state or r.state_changed:
                 self._status = state
-                self._put(E.StatusEvent(state if state == "down" else "loading", w.error, t=r.t))
+                self._put(E.StatusEvent("loading" if state == "starting" else "down", w.error, t=r.t))
         self._server = w.server_event(r.t)
         self._put(self._server)
 
@@ -368,8 +385,15 @@ class RemoteSource:
 
         def num(key: str) -> float | None:
             v = params.get(key)
-            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) <= 2**53:
+                return float(v)
+            return None  # absent, or Infinity/NaN/1e300 (json reads them): not a setting
 
+        temperature, top_p = num("temperature"), num("top_p")
+        if temperature is not None:
+            temperature = max(0.0, temperature)  # llama.cpp: a temperature <= 0 is greedy
+        if top_p is not None and not 0.0 <= top_p <= 1.0:
+            top_p = None  # not a probability: the contract would refuse a recording of it
         n_predict = num("n_predict")
         seed = num("seed")
         top_k = num("top_k")
@@ -377,10 +401,10 @@ class RemoteSource:
         path = props.get("model_path")
         ev = E.SettingsEvent(
             source="remote", target=self._target(snap), drafter=self._drafter(snap), k=self._k(snap),
-            temperature=num("temperature"), top_k=int(top_k) if top_k is not None else None,
-            top_p=num("top_p"), seed=int(seed) if seed is not None and 0 <= seed < 2**32 - 1 else None,
-            ctx=n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None,
-            max_tokens=int(n_predict) if n_predict is not None and n_predict > 0 else None,
+            temperature=temperature, top_k=int(top_k) if top_k is not None and 0 <= top_k < 2**31 else None,
+            top_p=top_p, seed=int(seed) if seed is not None and 0 <= seed < 2**32 - 1 else None,
+            ctx=n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and 0 < n_ctx < 2**32 else None,
+            max_tokens=int(n_predict) if n_predict is not None and 0 < n_predict < 2**31 else None,
             target_path=path if isinstance(path, str) and path and path != "none" else None,
             command=command, draft_path=self._draft_path(),
             supports=supported_commands(snap.backend, router_presets=n_presets),
@@ -471,7 +495,7 @@ class RemoteSource:
                 if self.watch.router and self.watch.router.active else None
             scrape = parse(self.client.metrics_text(query))
             backend = scrape.backend()
-            if backend is None:
+            if backend is None or scrape.bad_reading() is not None:
                 return None
             c = take(scrape, backend).counters
             return {"drafts": c.num_drafts, "draft_tokens": c.num_draft_tokens,

@@ -93,6 +93,14 @@ class Plot(PlotWidget, can_focus=False):
              x_ticks: Sequence[float] | None = None, y_ticks: Sequence[float] | None = None,
              legend: bool = False, legend_at: LegendLocation = LegendLocation.TOPRIGHT,
              bar_width: float = 0.7) -> None:
+        # The one door into the charts: whatever a source or a fold let through, no NaN,
+        # infinity or absurd magnitude reaches textual-plot (its axis code turns them into
+        # `ValueError: cannot convert float NaN to integer` inside a render).
+        series = [clean_series(s) for s in series]
+        x_limits, y_limits = clean_limits(x_limits), clean_limits(y_limits)
+        markers = [(x, label) for x, label in markers if plottable(x)]
+        x_ticks = None if x_ticks is None else [x for x in x_ticks if plottable(x)]
+        y_ticks = None if y_ticks is None else [y for y in y_ticks if plottable(y)]
         key = (tuple(series), x_limits, y_limits, tuple(markers), tuple(x_ticks or ()), tuple(y_ticks or ()),
                legend, legend_at, bar_width, self.app.theme, self.size)
         if key == self._key:
@@ -105,7 +113,7 @@ class Plot(PlotWidget, can_focus=False):
         if y_limits:
             self.set_ylimits(*y_limits)
         self.set_xticks(list(x_ticks) if x_ticks is not None else None)
-        if y_ticks is not None and self.size.height < 6:
+        if y_ticks and self.size.height < 6:
             y_ticks = [y_ticks[0], y_ticks[-1]]  # no room for a middle label
         self.set_yticks(list(y_ticks) if y_ticks is not None else None)
         for s in series:
@@ -149,6 +157,30 @@ class Plot(PlotWidget, can_focus=False):
                 buffer[label.row][label.col + i] = ch
                 canvas._styles[label.row][label.col + i] = style
         canvas.refresh()
+
+
+# Beyond this a value is not a measurement (a corrupt counter, a rate over a denormal
+# interval): the chart leaves the point out rather than squash every other point to zero.
+PLOT_MAX = 1e15
+
+
+def plottable(value: float) -> bool:
+    return math.isfinite(value) and abs(value) <= PLOT_MAX
+
+
+def clean_series(s: Series) -> Series:
+    """`s` without the points whose x or y cannot be drawn."""
+    if all(plottable(x) and plottable(y) for x, y in zip(s.xs, s.ys)) and len(s.xs) == len(s.ys):
+        return s
+    kept = [(x, y) for x, y in zip(s.xs, s.ys) if plottable(x) and plottable(y)]
+    return Series(tuple(x for x, _ in kept), tuple(y for _, y in kept), s.colour, s.label, s.kind)
+
+
+def clean_limits(limits: tuple[float, float] | None) -> tuple[float, float] | None:
+    """Axis limits, or None (fit to the data) when they cannot be drawn."""
+    if limits is None or not all(plottable(v) for v in limits):
+        return None
+    return limits
 
 
 MIN_SHORT = 3  # a shortened label keeps at least this many characters before its "…"
@@ -265,8 +297,9 @@ def _room(taken: Sequence[PlacedLabel], px: int, columns: range) -> tuple[int, i
 
 def nice_ceiling(value: float) -> float:
     """The smallest of 1, 2, 2.5, 5 x 10^n that is >= value (axis tops that read well)."""
-    if value <= 0:
+    if not value > 0:  # also NaN
         return 1.0
+    value = min(value, PLOT_MAX)
     exp = math.floor(math.log10(value))
     for m in (1, 2, 2.5, 5, 10):
         top = m * 10**exp
@@ -275,7 +308,8 @@ def nice_ceiling(value: float) -> float:
     return float(10 ** (exp + 1))
 
 
-__all__ = ["HIRES", "LegendLocation", "Plot", "Series", "nice_ceiling"]
+__all__ = ["HIRES", "LegendLocation", "PLOT_MAX", "Plot", "Series", "clean_limits", "clean_series", "nice_ceiling",
+           "plottable"]
 
 
 def _steps(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float], list[float]]:
