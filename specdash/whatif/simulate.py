@@ -28,6 +28,7 @@ from specdash.engine.controller import KController
 from specdash.engine.detector import ContentDetector
 from specdash.engine.drafters.base import Borrowed, Draft, Drafter, NoDrafter
 from specdash.engine.drafters.chain import ChainDrafter
+from specdash.engine.drafters.draft_model import common_prefix
 from specdash.engine.drafters.lookup import PromptLookupDrafter
 from specdash.engine.drafters.suffix import SuffixDrafter
 from specdash.engine.engine import Engine
@@ -117,14 +118,7 @@ class SimDraftModel:
         return [self]
 
     def _common_prefix(self, tokens: Sequence[int]) -> int:
-        kv, n = self._kv, 0
-        limit = min(len(kv), len(tokens))
-        start = self._committed
-        if start <= limit and (start == 0 or kv[start - 1] == tokens[start - 1]):
-            n = start
-        while n < limit and kv[n] == tokens[n]:
-            n += 1
-        return n
+        return common_prefix(self._kv, tokens, self._committed)  # the real drafter's own rule
 
     def catch_up_ms(self, tokens: Sequence[int]) -> float:
         if self.replay is not None:

@@ -42,16 +42,7 @@ class DraftModelDrafter:
         self._rollback_bytes = 0
 
     def _common_prefix(self, tokens: Sequence[int]) -> int:
-        kv = self._kv
-        n = 0
-        limit = min(len(kv), len(tokens))
-        # Fast path: the previous committed length is a known common prefix.
-        start = self._committed
-        if start <= limit and (start == 0 or kv[start - 1] == tokens[start - 1]):
-            n = start
-        while n < limit and kv[n] == tokens[n]:
-            n += 1
-        return n
+        return common_prefix(self._kv, tokens, self._committed)
 
     def _sync(self, tokens: Sequence[int]) -> np.ndarray:
         """Bring the draft KV cache in step with the committed tokens; return the logits
@@ -172,3 +163,15 @@ class DraftModelDrafter:
 def _top_prob(logits: np.ndarray) -> float:
     m = float(logits.max())
     return 1.0 / float(np.exp(logits - m, dtype=np.float64).sum())
+
+
+def common_prefix(kv: Sequence[int], tokens: Sequence[int], start: int) -> int:
+    """How many leading tokens a draft model's cache `kv` shares with the committed
+    `tokens`. Fast path: `start`, the committed length at the last sync, is a known
+    common prefix unless the run changed under it (a new prompt)."""
+    n, limit = 0, min(len(kv), len(tokens))
+    if start <= limit and (start == 0 or kv[start - 1] == tokens[start - 1]):
+        n = start
+    while n < limit and kv[n] == tokens[n]:
+        n += 1
+    return n
