@@ -215,6 +215,22 @@ async def test_generation_shows_the_newest_lines_and_keeps_provenance_across_red
         assert view.render_line(2).text.rstrip() == "more" and draft in colours(0) and draft in colours(2)
 
 
+@sync
+async def test_generation_draws_carriage_returns_and_form_feeds_in_coloured_text():
+    """CRLF code or a sampled byte token: rich's wrap splits on \\r, \\v and \\f but leaves
+    them out of its line ranges, and a provenance span across one crashed the view
+    (IndexError in Text.divide; found with a recurrent fixture sampling at T=0.7)."""
+    view = GenerationView()
+    app = Host(view)
+    async with app.run_test(size=(20, 4)) as pilot:
+        view.clear()
+        view.append(["def f():\r", "\n", "    return 1 \x0b\x0c", " # draft words here"], [False, False, True, True])
+        await pilot.pause()
+        lines = [view.render_line(y).text.rstrip() for y in range(4)]
+        assert lines[0] == "def f():" and lines[1].startswith("    return 1"), lines
+        assert len(view.text) == len("def f():\r\n    return 1 \x0b\x0c # draft words here")  # one for one
+
+
 def test_generation_trims_old_text_but_keeps_run_positions():
     view = GenerationView()
     view.refresh = lambda *a, **k: None  # not mounted

@@ -16,6 +16,13 @@ MAX_CHARS = 12_000
 KEEP_CHARS = 8_000
 
 
+# Control characters (CR, VT, FF, bell, backspace: every C0 code but tab and newline
+# tested) that rich's Text.wrap drops from its line ranges: a span across one makes
+# Text.divide index past its last line (IndexError, the view dies). Models do emit them
+# (CRLF code, a sampled byte token); shown as a space, one character for one, so the
+# provenance runs keep their offsets.
+_UNWRAPPABLE = {c: " " for c in (*range(32), 127) if chr(c) not in "\t\n"}
+
 class GenerationView(Widget):
     """Uses the Line API with the wrapped lines of each finished paragraph cached: text
     only grows at its end, so a redraw re-wraps just the paragraph being written.
@@ -76,6 +83,7 @@ class GenerationView(Widget):
         for piece, drafted in zip(pieces, from_draft, strict=True):
             if not piece:
                 continue
+            piece = piece.translate(_UNWRAPPABLE)
             start = self._dropped + len(self._text)
             self._text += piece
             end = start + len(piece)
