@@ -11,11 +11,13 @@ needs no quiet machine: only the one plain generation per prompt runs the models
 
     python benchmarks/whatif_controller.py                     # built-in prompts, 3 shipped profiles
     python benchmarks/whatif_controller.py --prompts prose --tokens 32 --profiles epyc-32b --out /tmp/c.txt
+    python benchmarks/whatif_controller.py --tokens 384 --cache /tmp/tr384.pkl   # keep the texts: a controller change re-runs in seconds
 """
 
 from __future__ import annotations
 
 import argparse
+import pickle
 import statistics
 import time
 from pathlib import Path
@@ -32,23 +34,40 @@ ROOT = Path(__file__).resolve().parent.parent
 # A mixed text: prose around code, where no fixed K is right throughout.
 MIXED = ("mixed", "Explain in two short paragraphs what a binary search does and when it fails, then give a "
          "Python implementation with comments, then one paragraph on its complexity.")
+# Not in specdash/prompts.py: held out from the prompts the controller was first tuned on.
+HELD_OUT = {
+    "x-sql": "Write a SQL query that returns, for each customer, the total of their orders in 2024 and their most "
+             "recent order date, from tables customers(id, name) and orders(id, customer_id, amount, created_at). "
+             "Then explain it.",
+    "x-story": "Tell a short story about a lighthouse keeper who finds a message in a bottle.",
+    "x-refactor": "Refactor this function to be clearer and add type hints:\n\ndef f(a,b):\n    r=[]\n    for i in "
+                  "range(len(a)):\n        if a[i] in b:\n            r.append(a[i]*2)\n        else:\n"
+                  "            r.append(a[i])\n    return r\n",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
     ap.add_argument("--draft", default="qwen2.5-coder-0.5b")
-    ap.add_argument("--prompts", default=",".join([p.name for p in BUILTIN] + [MIXED[0]]))
+    ap.add_argument("--prompts", default=",".join([p.name for p in BUILTIN] + [MIXED[0], *HELD_OUT]))
     ap.add_argument("--profiles", default=",".join(PROFILES))
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--k-max", type=int, default=32, help="adaptive K's largest K (default 32: the sweep's range)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--cache", help="a pickle of the generated texts, read if there, written if not (texts depend "
+                                    "on target, draft and --tokens only: greedy)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "whatif-controller-vs-oracle.txt"))
     args = ap.parse_args(argv)
     base = EngineSettings(target=args.target, draft=args.draft, threads=args.threads, ctx=2048,
                           max_tokens=args.tokens, k_max=args.k_max)
     texts = {p.name: p.text for p in BUILTIN}
     texts[MIXED[0]] = MIXED[1]
+    texts.update(HELD_OUT)
+    cached: dict = {}
+    if args.cache and Path(args.cache).exists():
+        with open(args.cache, "rb") as f:
+            cached = pickle.load(f)
     profiles = [load_profile(p) for p in args.profiles.split(",")]
     lines: list[str] = []
 
@@ -62,8 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     say("|---|---|---|---|---|---|---|")
     ratios: list[float] = []
     for name in args.prompts.split(","):
-        tr, (session, _) = from_prompt(base, texts[name], args.draft, lambda s: None)
-        session.close()
+        tr = cached.get(name)
+        if tr is None or tr.max_tokens != args.tokens:
+            tr, (session, _) = from_prompt(base, texts[name], args.draft, lambda s: None)
+            session.close()
+            cached[name] = tr
+            if args.cache:
+                with open(args.cache, "wb") as f:
+                    pickle.dump(cached, f)
         for profile in profiles:
             kinds = ["lookup", "suffix", "chain", args.draft]
             plain, fixed, adaptive = sweep(tr, kinds, list(range(1, 33)), profile, base,

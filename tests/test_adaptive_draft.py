@@ -9,6 +9,7 @@ from specdash.engine.adaptive_draft import propose_adaptive
 from specdash.engine.drafters.base import Borrowed, Draft, NoDrafter
 from specdash.engine.drafters.chain import ChainDrafter
 from specdash.engine.drafters.lookup import PromptLookupDrafter
+from specdash.engine.drafters.suffix import SuffixDrafter
 from specdash.engine.settings import SamplingParams
 
 SP = SamplingParams()
@@ -45,10 +46,15 @@ class ScriptedController:
     def __init__(self, trim_to: int, k: int):
         self.trim_to, self.k = trim_to, k
         self.trims: list[tuple[str, int, int]] = []
+        self.rivals: list[float] = []
 
-    def trim(self, source, evidence, available, content):
+    def trim(self, source, evidence, available, content, rival=0.0):
         self.trims.append((source, evidence, available))
+        self.rivals.append(rival)
         return min(self.trim_to, available), f"trim {source}"
+
+    def model_rate(self, content):
+        return 0.25
 
     def choose(self, content, catch_up_ms=0.0):
         return self.k, "choose"
@@ -65,6 +71,13 @@ def test_a_free_copy_is_offered_whole_then_cut_and_the_draft_model_only_looks():
     assert draft.tokens == [4, 5] and k == 2 and why == "trim lookup"
     assert ctl.trims == [("lookup", 3, 8)]  # offered up to k_cap, evidence = 3-token match
     assert costly.asked == [0]  # told to look, not to draft
+    assert ctl.rivals == [0.25]  # the copy is judged against the draft model after it
+
+
+def test_a_copy_with_no_draft_model_after_it_competes_with_plain_only():
+    ctl = ScriptedController(trim_to=2, k=4)
+    propose_adaptive(ChainDrafter([PromptLookupDrafter(1, 4), SuffixDrafter()]), COPY, ctl, "code", 8, SP, RNG)
+    assert ctl.rivals == [0.0]
 
 
 def test_a_copy_cut_to_nothing_does_not_block_the_draft_model():

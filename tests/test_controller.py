@@ -424,3 +424,43 @@ def test_a_draft_model_that_cannot_pay_is_never_probed():
     unknown = CostModelController()
     unknown.seed_costs({1: 40.0, 2: 64.0, 3: 88.0, 5: 144.0, 9: 281.0, 17: 317.0})
     assert unknown.choose("code")[0] == 4  # no price: one probe measures it, as before
+
+
+def test_a_weak_copy_gives_way_to_a_draft_model_expected_to_do_better():
+    """In a chain, a copy is judged against the draft model after it, not only against
+    plain decoding: on a flat cost curve a good draft model's long run beats a short copy."""
+    ctl = CostModelController(k_min=0, k_max=16)
+    run(ctl, 30, lambda k: min(k, 6), 1.0, flat_verify_ms)  # the draft model: long accepted runs
+    assert ctl.model_rate("code") > 0
+    alone, _ = ctl.trim("lookup", 2, 3, "code")
+    assert alone > 0  # against plain only, the 3-token copy pays
+    n, why = ctl.trim("lookup", 2, 3, "code", rival=ctl.model_rate("code"))
+    assert n == 0 and "draft model is expected to do better" in why
+    strong, _ = ctl.trim("lookup", 32, 16, "code", rival=ctl.model_rate("code"))
+    assert strong > 0  # a long copy after a long match still wins
+
+
+def test_model_rate_is_zero_until_drafting_is_measured_or_when_it_cannot_pay():
+    ctl = CostModelController(k_min=0, k_max=16)
+    assert ctl.model_rate("code") == 0.0
+    ctl.price_draft(3.0)  # a draft token would cost 3 target steps: ruled out before drafting
+    run(ctl, 3, ALL, 3.0 * cpu_verify_ms(1), cpu_verify_ms)
+    assert ctl.model_rate("code") == 0.0
+
+
+def test_long_runs_are_priced_by_the_posterior_not_the_point_estimate():
+    """With thin evidence the chance of j accepted in a row is E[a^j] under the posterior,
+    above (E[a])^j; with much evidence the two agree."""
+    ctl = CostModelController(k_min=0, k_max=16)
+    measured_plain(ctl)
+    for _ in range(3):
+        ctl.observe(4, 4, 3, 4.0, flat_verify_ms(5), 0.2, "code")
+    a = ctl.alpha("code")
+    _, survival = ctl.curve("code")
+    assert survival[1] == pytest.approx(a)
+    assert survival[8] > 1.2 * a ** 8
+    assert ctl.expected("code", 8) > expected_tokens(a, 8)
+    for _ in range(2000):
+        ctl.observe(4, 4, 3, 4.0, flat_verify_ms(5), 0.2, "code")
+    a = ctl.alpha("code")
+    assert ctl.curve("code")[1][8] == pytest.approx(a ** 8, rel=0.1)

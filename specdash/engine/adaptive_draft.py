@@ -31,13 +31,16 @@ def propose_adaptive(
     """(draft, K it was cut or chosen to, the controller's reason). Every source sees
     every step: those not asked to draft get k = 0 ("look, do not draft")."""
     draft, k, why = Draft.empty(), 0, "nothing to copy"
-    for source in drafter.parts():
+    parts = list(drafter.parts())
+    for i, source in enumerate(parts):
         if draft.tokens or k_cap <= 0:
             source.propose(tokens, 0, sampling, rng)
         elif source.free:
             offer = source.propose(tokens, k_cap, sampling, rng)
             if offer.tokens:
-                k, why = controller.trim(offer.source, offer.evidence, len(offer.tokens), content)
+                # A copy competes with the draft model after it, if any, not only with plain.
+                rival = controller.model_rate(content) if any(not p.free for p in parts[i + 1:]) else 0.0
+                k, why = controller.trim(offer.source, offer.evidence, len(offer.tokens), content, rival)
                 draft = offer.cut(k)
         else:
             # Only a draft model falls behind while others draft; its catch-up is part
