@@ -1,7 +1,9 @@
 """`k`: the K sweep view. Plots tok/s and acceptance against K as the runs arrive (a
 point per K, error bars across rounds, plain decoding as the reference line), marks the
 best K, and offers apply (SetK) and save (TOML). Esc cancels cleanly: the app sends the
-sweep's restore commands and the engine goes back to the settings it had.
+sweep's restore commands and the engine goes back to the settings it had. `t` asks for
+temperatures to sweep at: then each temperature is its own series (colour, marker and a
+legend entry), and whatif's predicted points, greedy by nature, sit by the T=0 one.
 
 The screen only renders a specdash.sweep.Sweep and posts its keys as messages (Leave,
 Apply, Save); the app feeds the sweep events and sends the commands it returns.
@@ -18,9 +20,18 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
 
-from specdash.sweep import Sweep
+from specdash.sweep import Point, Sweep
 from specdash.tui.widgets.footer import KeyFooter
 from specdash.tui.widgets.plots import Plot, Series, nice_ceiling
+
+# One (colour, marker) per temperature, in the order swept: told apart by shape as well,
+# so a monochrome terminal or a colour-blind reader still can. Beyond six, they repeat.
+STYLES = (("chart-line", "●"), ("success", "■"), ("warning", "▲"), ("accent", "◆"), ("error", "✚"),
+          ("secondary", "○"))
+
+
+def style_of(sweep: Sweep, temperature: float) -> tuple[str, str]:
+    return STYLES[sweep.temps.index(temperature) % len(STYLES)]
 
 
 class SweepScreen(Screen[None]):
@@ -38,6 +49,7 @@ class SweepScreen(Screen[None]):
         Binding("escape", "leave", "cancel / close"),
         Binding("a", "apply", "apply best K"),
         Binding("w", "save", "save TOML"),
+        Binding("t", "temperatures", "temps"),
         Binding("s", "app.screenshot", "shot"),
     ]
 
@@ -63,63 +75,99 @@ class SweepScreen(Screen[None]):
 
     def refresh_view(self) -> None:
         sw = self.sweep
-        points = sw.measured
+        multi = len(sw.temps) > 1
         state = "cancelled" if sw.cancelled else "done" if sw.finished else f"run {min(sw.done + 1, sw.total)}/{sw.total}"
+        temps = (f"{len(sw.ks)} Ks × {len(sw.temps)} temperatures (T={', '.join(f'{t:g}' for t in sw.temps)})"
+                 if multi else f"{len(sw.ks)} Ks at T={sw.temps[0]:g}")
+        pred = sw.predicted_t0
+        note = sw.sampled_note()
         self.query_one("#sweep-head", Static).update(Text.from_markup(
-            f"[b]K sweep[/b] · {sw.before.drafter} on {sw.before.target} · {len(sw.ks)} Ks × {sw.rounds} rounds, "
+            f"[b]K sweep[/b] · {sw.before.drafter} on {sw.before.target} · {temps} × {sw.rounds} rounds, "
             f"{sw.max_tokens} tokens each · [b]{state}[/b]"
-            + (f" · ● predicted ({sw.predicted_from})" if sw.predicted else "")))
+            + (f" · ● predicted{' at T=0' if multi else ''} ({sw.predicted_from})" if pred else "")
+            + (f" · {note}" if note else "")))
         self.query_one(ProgressBar).update(progress=sw.done)
         ks = [float(k) for k in sw.ks]
         x_limits = (min(ks) - 1, max(ks) + 1)
         best = sw.best
-        markers = [(float(best.k), f"best K={best.k}")] if best and sw.done >= len(sw.ks) else []
-        tps = [(float(p.k), p.tokens_per_s, p.spread) for p in points
-               if p.tokens_per_s is not None and p.spread is not None]
-        predicted = sorted((float(k), v) for k, (v, _) in sw.predicted.items() if k in sw.ks)
-        highs = [hi for _, _, (_, hi) in tps] + [v for _, v in predicted]
+        home = f" at T={sw.home_temperature:g}" if multi else ""
+        markers = [(float(best.k), f"best K={best.k}{home}")] if best and sw.done >= len(sw.ks) * len(sw.temps) else []
+        predicted = sorted((float(k), v) for k, (v, _) in pred.items())
+        highs = [hi for p in sw.measured if p.spread is not None for hi in p.spread[1:]] + [v for _, v in predicted]
         top = nice_ceiling(max(highs + [1.0]) * 1.1) if highs else 1.0
         series = []
         if predicted:  # simulated, not measured: points in the reference colour, no line
             series.append(Series(tuple(x for x, _ in predicted), tuple(v for _, v in predicted), "chart-reference",
-                                 label="predicted", kind="points"))
-        if tps:
-            xs = tuple(x for x, _, _ in tps)
-            series.append(Series(xs, tuple(v for _, v, _ in tps), "chart-line", label="median tok/s"))
-            # the spread across rounds: a bar from min to max at each K
-            series += [Series((x, x), (lo, hi), "foreground") for x, _, (lo, hi) in tps]
-        if sw.plain is not None:
-            series.append(Series(x_limits, (sw.plain, sw.plain), "chart-reference", label="plain (K=0)"))
-        self.query_one("#sweep-tps", Plot).show(series, x_limits=x_limits, y_limits=(0.0, top),
-                                                y_ticks=[0.0, top / 2, top], x_ticks=ks, markers=markers)
-        acc = [(float(p.k), p.acceptance) for p in points if p.acceptance is not None]
-        acc_pred = sorted((float(k), a) for k, (_, a) in sw.predicted.items() if a is not None and k in sw.ks)
-        acc_series = [Series(tuple(x for x, _ in acc), tuple(a for _, a in acc), "chart-line")] if acc else []
+                                 label="predicted (T=0)" if multi else "predicted", kind="points"))
+        acc_series = []
+        acc_pred = sorted((float(k), a) for k, (_, a) in pred.items() if a is not None)
         if acc_pred:
-            acc_series.insert(0, Series(tuple(x for x, _ in acc_pred), tuple(a for _, a in acc_pred),
-                                        "chart-reference", label="predicted", kind="points"))
+            acc_series.append(Series(tuple(x for x, _ in acc_pred), tuple(a for _, a in acc_pred),
+                                     "chart-reference", label="predicted", kind="points"))
+        for t in sw.temps:
+            series += self._tps_series(t, sw.at(t), multi)
+            acc_series += self._acc_series(t, sw.at(t), multi)
+        if sw.plain is not None:
+            series.append(Series(x_limits, (sw.plain, sw.plain), "chart-reference", label=f"plain (K=0{home})"))
+        # A legend only where there is more than one series to tell apart (one temperature
+        # reads as before: the line is the measurement, the yellow line plain decoding).
+        self.query_one("#sweep-tps", Plot).show(series, x_limits=x_limits, y_limits=(0.0, top),
+                                                y_ticks=[0.0, top / 2, top], x_ticks=ks, markers=markers,
+                                                legend=multi)
         self.query_one("#sweep-acc", Plot).show(
             acc_series,
-            x_limits=x_limits, y_limits=(0.0, 1.0), y_ticks=[0.0, 0.5, 1.0], x_ticks=ks, markers=markers)
+            x_limits=x_limits, y_limits=(0.0, 1.0), y_ticks=[0.0, 0.5, 1.0], x_ticks=ks, markers=markers,
+            legend=multi)
         self.query_one("#sweep-table", Static).update(self._table())
+
+    def _tps_series(self, t: float, points: list[Point], multi: bool) -> list[Series]:
+        """One temperature's tok/s: the median line, its points marked (in the legend as
+        T=...), and a bar from min to max across rounds at each K."""
+        tps = [(float(p.k), p.tokens_per_s, p.spread) for p in points
+               if p.tokens_per_s is not None and p.spread is not None]
+        if not tps:
+            return []
+        colour, marker = style_of(self.sweep, t) if multi else ("chart-line", "●")
+        xs, ys = tuple(x for x, _, _ in tps), tuple(v for _, v, _ in tps)
+        if not multi:
+            out = [Series(xs, ys, colour, label="median tok/s")]
+        else:
+            out = [Series(xs, ys, colour), Series(xs, ys, colour, label=f"T={t:g}", kind="points", marker=marker)]
+        return out + [Series((x, x), (lo, hi), "foreground" if not multi else colour) for x, _, (lo, hi) in tps]
+
+    def _acc_series(self, t: float, points: list[Point], multi: bool) -> list[Series]:
+        acc = [(float(p.k), p.acceptance) for p in points if p.acceptance is not None]
+        if not acc:
+            return []
+        colour, marker = style_of(self.sweep, t) if multi else ("chart-line", "●")
+        xs, ys = tuple(x for x, _ in acc), tuple(a for _, a in acc)
+        if not multi:
+            return [Series(xs, ys, colour)]
+        return [Series(xs, ys, colour), Series(xs, ys, colour, label=f"T={t:g}", kind="points", marker=marker)]
 
     def _table(self) -> Table:
         sw = self.sweep
+        multi = len(sw.temps) > 1
+        pred = sw.predicted_t0
         table = Table(box=None, padding=(0, 2), header_style="bold")
-        cols = ["K", "", "tok/s", "min–max", "vs plain", "acceptance", "mean len", "runs"]
-        for col in cols + (["predicted"] if sw.predicted else []):
+        cols = ["K"] + (["T"] if multi else []) + ["", "tok/s", "min–max", "vs plain", "acceptance", "mean len", "runs"]
+        for col in cols + (["predicted"] if pred else []):
             table.add_column(col, justify="right")
-        best = sw.best
-        for p in sw.measured:
-            tps, spread = p.tokens_per_s or 0.0, p.spread or (0.0, 0.0)
-            ratio = f"{tps / sw.plain:.2f}x" if sw.plain else "–"
-            acc = f"{p.acceptance:.0%}" if p.acceptance is not None else "–"
-            mean = f"{p.mean_accepted_length:.2f}" if p.mean_accepted_length is not None else "–"
-            mark = "best" if best is not None and p.k == best.k and sw.finished else ""
-            row = [str(p.k), mark, f"{tps:.1f}", f"{spread[0]:.1f}–{spread[1]:.1f}", ratio, acc, mean, str(len(p.runs))]
-            if sw.predicted:
-                row.append(f"{sw.predicted[p.k][0]:.1f}" if p.k in sw.predicted else "–")
-            table.add_row(*row)
+        for t in sw.temps:
+            best, plain = sw.best_at(t), sw.plain_at(t)  # per temperature: K=0 at the same T
+            for p in sw.at(t):
+                tps, spread = p.tokens_per_s or 0.0, p.spread or (0.0, 0.0)
+                ratio = f"{tps / plain:.2f}x" if plain else "–"
+                acc = f"{p.acceptance:.0%}" if p.acceptance is not None else "–"
+                mean = f"{p.mean_accepted_length:.2f}" if p.mean_accepted_length is not None else "–"
+                mark = "best" if best is not None and p.k == best.k and sw.finished else ""
+                seen = p.engine_temperature  # the engine's word for it, "?" if its runs disagree
+                temp = [Text(f"{'?' if seen is None else format(seen, 'g')} {style_of(sw, t)[1]}")] if multi else []
+                row: list[str | Text] = [str(p.k), *temp, mark, f"{tps:.1f}", f"{spread[0]:.1f}–{spread[1]:.1f}",
+                                         ratio, acc, mean, str(len(p.runs))]
+                if pred:
+                    row.append(f"{pred[p.k][0]:.1f}" if p.k in pred and t == 0 else "–")
+                table.add_row(*row)
         return table
 
     # The screen decides nothing: its keys become messages the app handles (it owns the
@@ -133,6 +181,9 @@ class SweepScreen(Screen[None]):
     class Save(Message):
         """w: write the settings with the best K to a TOML file."""
 
+    class Temperatures(Message):
+        """t: choose the temperatures to sweep at (the sweep restarts at them)."""
+
     def action_leave(self) -> None:
         self.post_message(self.Leave())
 
@@ -141,3 +192,6 @@ class SweepScreen(Screen[None]):
 
     def action_save(self) -> None:
         self.post_message(self.Save())
+
+    def action_temperatures(self) -> None:
+        self.post_message(self.Temperatures())
