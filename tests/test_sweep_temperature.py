@@ -22,9 +22,9 @@ from test_tui_support import FixedSampler, sync
 BEFORE = E.SettingsEvent(source="engine", target="smollm2-135m", drafter="lookup", draft="lookup", k=3,
                          temperature=0.3, max_tokens=256)
 PROMPT = "Write the numbers from 1 to 60, separated by commas."
-# A text to copy: prompt lookup drafts from its first tokens.
-COPY = ("Repeat this list exactly, twice: alpha, beta, gamma, delta, epsilon, zeta, eta, theta, iota, kappa, "
-        "lambda, mu, nu, xi, omicron, pi, rho, sigma, tau, upsilon, phi, chi, psi, omega.")
+# A list that repeats, sent raw (no chat template): the model goes on with it and prompt
+# lookup drafts from the first tokens (greedy, K=2: 7 drafted in 12 tokens).
+REPEATING = "alpha, beta, gamma, delta, epsilon, zeta, eta, theta, iota, kappa, lambda, mu. alpha, beta, gamma,"
 
 
 def test_plan_sets_each_points_temperature_before_its_prompt_and_restores_the_operators():
@@ -121,9 +121,9 @@ async def test_the_sweep_view_sweeps_two_temperatures_on_the_real_engine(tmp_pat
     from specdash.session import Session
 
     settings = EngineSettings(target=str(smol_path), draft="lookup", k=5, threads=2, ctx=1024, max_tokens=400,
-                              sampling=SamplingParams(temperature=0.2, seed=1))
-    opts = DashboardOptions(settings=settings, prompt=COPY,
-                            sweep_ks=(0, 2), sweep_rounds=1, sweep_tokens=24, screenshots_dir=str(tmp_path))
+                              raw=True, sampling=SamplingParams(temperature=0.2, seed=1))
+    opts = DashboardOptions(settings=settings, prompt=REPEATING,
+                            sweep_ks=(0, 2), sweep_rounds=1, sweep_tokens=12, screenshots_dir=str(tmp_path))
     app = SpecdashApp(opts, session_factory=lambda s, p: Session(s, p), sampler=FixedSampler(), hints=lambda: [])
     async with app.run_test(size=(120, 40)) as pilot:
         for _ in range(3000):
@@ -161,12 +161,12 @@ async def test_the_sweep_view_sweeps_two_temperatures_on_the_real_engine(tmp_pat
         assert legend["T=0"].colour != legend["T=0.7"].colour and legend["T=0"].marker != legend["T=0.7"].marker
         assert screen.query_one("#sweep-tps", Plot)._key[6] is True  # the legend is shown
         # acceptance: a series per temperature where something was drafted (a sampled text
-        # may give lookup nothing to draft from in 24 tokens)
-        acc_labels = {s.label for s in screen.query_one("#sweep-acc", Plot)._key[0] if s.label}
+        # may give lookup nothing to draft from in 12 tokens), marked as on the tok/s chart
+        acc_labels = {s.label for s in screen.query_one("#sweep-acc", Plot)._key[0] if s.label and s.kind == "points"}
         drafted = {f"T={p.temperature:g}" for p in sweep.measured if p.acceptance is not None}
         assert acc_labels == drafted and "T=0" in drafted
         head = str(screen.query_one("#sweep-head").render())
-        assert "2 temperatures (T=0, 0.7)" in head and "single sample" in head
+        assert "2 Ks × T=0, 0.7 × 1 rounds" in head and "single sample" in head
         # the restore came back as settings: K=5 and the operator's T=0.2
         for _ in range(3000):
             if app.state.settings.k == 5 and app.state.settings.temperature == 0.2:
