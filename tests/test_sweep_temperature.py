@@ -10,6 +10,7 @@ import pytest
 
 from cli_helpers import assert_usage_error, specdash
 from specdash import events as E
+from specdash.commands.sweep import table
 from specdash.sweep import Sweep
 from specdash.tui.app import DashboardOptions, SpecdashApp
 from specdash.tui.screens.ask import AskScreen
@@ -66,6 +67,7 @@ def test_a_points_temperature_is_the_engines_not_the_plans():
     (point,) = sweep.measured
     assert point.engine_temperature == 0.3 and sweep.to_json()["points"][0]["temperature"] == 0.3
     assert sweep.problems == ["run 1 was planned at K=2 T=0.7 but the engine reported K=2 T=0.3"]
+    assert table(sweep).splitlines()[1].split()[:2] == ["2", "0.3"]  # the CLI row: the engine's T
 
 
 def test_predictions_belong_to_the_t0_series_only():

@@ -86,6 +86,9 @@ class SweepScreen(Screen[None]):
             + (f" · ● predicted{' at T=0' if multi else ''} ({sw.predicted_from})" if pred else ""))
         if sw.sampled:  # its own line: the head grows to two
             head.append("\n" + sw.sampled_note(), "dim")
+        if sw.problems:  # a run the engine ran at other settings than planned: its row is the engine's
+            head.append(f"\n{sw.problems[-1]}" + (f" (and {len(sw.problems) - 1} more)" if len(sw.problems) > 1 else ""),
+                        "bold")
         self.query_one("#sweep-head", Static).update(head)
         self.query_one(ProgressBar).update(progress=sw.done)
         ks = [float(k) for k in sw.ks]
