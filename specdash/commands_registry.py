@@ -228,7 +228,9 @@ register(CommandSpec(
     unsupported="only a replay can seek"))
 register(CommandSpec(
     "sweep", "rerun the prompt at each K and compare (a capability: NewPrompt and SetK, driven by the UI)",
-    keys=(Key("k", "k", "sweep", "sweep", "K sweep: plain and each K on this prompt, plotted; apply or save the best"),),
+    keys=(Key("k", "k", "sweep", "sweep",
+              "K sweep: plain and each K on this prompt, plotted; apply or save the best. In it, t sweeps at "
+              "several temperatures"),),
     unsupported="a sweep reruns the prompt at each K: it needs the embedded engine (specdash sweep)"))
 register(CommandSpec("stop", "stop the source", (Stop,), ("stop",), "stop", _plain(Stop())))
 register(CommandSpec("forget", "start cold: forget adaptive K's and the suffix drafter's memory", (Forget,),

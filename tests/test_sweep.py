@@ -21,23 +21,31 @@ def summary(tps: float, drafted: int = 10, accepted: int = 6, drafts: int = 4) -
                      0.0, tps, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 20)
 
 
-def run_through(sweep: Sweep, speeds: dict[int, list[float]]) -> list[E.Command]:
-    """Answer each planned run like an engine would: its PromptEvent, then a Summary."""
+def run_through(sweep: Sweep, speeds: dict, accepted: dict | None = None) -> list[E.Command]:
+    """Answer each planned run like an engine would: its PromptEvent, the SettingsEvent
+    with the commands applied, then a Summary. `speeds` by K, or by (K, T) when the sweep
+    sets temperatures; `accepted` (same keys) the accepted tokens of 10 drafted."""
     sent = sweep.start()
-    rounds: dict[int, int] = {}
+    rounds: dict = {}
+    temperature = sweep.before.temperature
     while not sweep.finished:
         k = next(c.k for c in sent if isinstance(c, E.SetK))
+        temperature = next((c.temperature for c in sent if isinstance(c, E.SetSampling)), temperature)
         title = next(c.title for c in sent if isinstance(c, E.NewPrompt))
         assert sweep.feed(E.PromptEvent(title, sweep.prompt)) == []
-        i = rounds.get(k, 0)
-        rounds[k] = i + 1
-        sent = sweep.feed(summary(speeds[k][i]))
+        assert sweep.feed(E.SettingsEvent(source="engine", target="t", drafter="lookup", k=k,
+                                          temperature=temperature)) == []
+        key = (k, temperature) if sweep.sets_temperature else k
+        i = rounds.get(key, 0)
+        rounds[key] = i + 1
+        sent = sweep.feed(summary(speeds[key][i], accepted=(accepted or {}).get(key, 6)))
     return sent
 
 
 def test_plan_interleaves_rounds_and_picks_the_fastest_k():
     sweep = Sweep("p", BEFORE, ks=[0, 2, 4], rounds=2, max_tokens=32, title="my prompt")
-    assert sweep.plan == [(0, 0), (0, 2), (0, 4), (1, 2), (1, 4), (1, 0)]  # round 2 starts elsewhere
+    # (round, K, T): round 2 starts elsewhere; T is the one running, left alone
+    assert sweep.plan == [(0, 0, 0.0), (0, 2, 0.0), (0, 4, 0.0), (1, 2, 0.0), (1, 4, 0.0), (1, 0, 0.0)]
     first = sweep.start()
     assert first[0] == E.SetAdaptive(False)  # K is fixed while sweeping
     assert first[1] == E.SetK(0) and isinstance(first[2], E.NewPrompt) and first[2].max_tokens == 32

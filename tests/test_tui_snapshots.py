@@ -100,6 +100,28 @@ def test_sweep_view(snap_compare):
     assert snap_compare(themed_host(SweepScreen(sweep)), terminal_size=(120, 36))
 
 
+def test_sweep_view_two_temperatures(snap_compare):
+    """The sweep at T=0 and T=0.7 with whatif's predictions: a series per temperature
+    (colour and marker, in a legend), the predicted points by the T=0 one only, a T
+    column, best K per temperature, and the note that T>0 points are samples."""
+    import dataclasses
+
+    from specdash.sweep import Sweep
+    from specdash.tui.screens.sweep import SweepScreen
+    from test_sweep import BEFORE, run_through
+
+    before = dataclasses.replace(BEFORE, temperature=0.0)
+    sweep = Sweep("p", before, ks=[0, 4, 8, 16], temps=[0.0, 0.7], rounds=2, max_tokens=96)
+    sweep.predicted, sweep.predicted_from = {0: (24.0, None), 4: (38.0, 0.7), 8: (44.0, 0.65),
+                                             16: (41.0, 0.6)}, "whatif on profile here"
+    speeds = {(0, 0.0): [20.0, 22.0], (4, 0.0): [29.0, 31.0], (8, 0.0): [33.0, 36.0], (16, 0.0): [33.0, 35.0],
+              (0, 0.7): [19.0, 20.0], (4, 0.7): [24.0, 27.0], (8, 0.7): [25.0, 26.0], (16, 0.7): [20.0, 23.0]}
+    accepted = {(4, 0.0): 6, (8, 0.0): 6, (16, 0.0): 5, (4, 0.7): 4, (8, 0.7): 3, (16, 0.7): 2}
+    run_through(sweep, speeds, accepted)
+
+    assert snap_compare(themed_host(SweepScreen(sweep)), terminal_size=(120, 36))
+
+
 def test_markers_at_the_hot_swaps(snap_compare):
     """Every hot-swap of the recording (K 4 -> 6 -> 2) as a labelled vertical line on the
     three time charts."""

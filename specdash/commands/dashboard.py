@@ -99,9 +99,10 @@ def run(args: argparse.Namespace) -> int:
 
 def launch(args: argparse.Namespace, config: Config, prompt: str | None,
            sweep: tuple[tuple[int, ...], int, int] | None = None,
-           predicted: tuple[dict[int, tuple[float, float | None]], str] | None = None) -> int:
+           predicted: tuple[dict[int, tuple[float, float | None]], str] | None = None,
+           sweep_temps: tuple[float, ...] | None = None) -> int:
     """The dashboard on the embedded engine; `sweep` = (Ks, rounds, tokens) opens the
-    sweep view on the first prompt (`specdash sweep`)."""
+    sweep view on the first prompt (`specdash sweep`), at each of `sweep_temps` if given."""
     from textual.theme import BUILTIN_THEMES
 
     from specdash.config import find_config_path
@@ -130,6 +131,7 @@ def launch(args: argparse.Namespace, config: Config, prompt: str | None,
         options.sweep_ks, options.sweep_rounds, options.sweep_tokens = sweep
         options.sweep_at_start = True
         options.sweep_predicted = predicted
+        options.sweep_temps = sweep_temps
 
     def make_session(settings: EngineSettings, progress: Progress) -> Session:
         session = Session(settings, progress=progress)

@@ -101,6 +101,9 @@ class DashboardOptions:
     sweep_ks: tuple[int, ...] = (0, 2, 4, 8, 12, 16, 24)
     sweep_rounds: int = 2
     sweep_tokens: int = 96
+    # the temperatures to sweep K at (`specdash sweep --temps`, `t` in the sweep view);
+    # None = the one in force, left untouched
+    sweep_temps: tuple[float, ...] | None = None
     sweep_at_start: bool = False  # `specdash sweep`: open the sweep view on the first prompt
     # `specdash sweep --whatif`: ({K: (tok/s, acceptance)}, source) simulated for `prompt`
     sweep_predicted: tuple[dict[int, tuple[float, float | None]], str] | None = None

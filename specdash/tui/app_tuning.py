@@ -13,7 +13,7 @@ from typing import Any
 
 from specdash import events as E
 from specdash.tui.app_base import DashboardBase
-from specdash.engine.settings import EngineSettings
+from specdash.engine.settings import LIMIT, EngineSettings
 from specdash.engine.stats import SpecCounters
 from specdash.errors import SpecdashError
 from specdash.events import Event
@@ -22,6 +22,8 @@ from specdash.tui.screens.ask import AskScreen
 from specdash.tui.screens.export import ExportScreen
 from specdash.tui.screens.sweep import SweepScreen
 
+
+TEMPERATURE = LIMIT["temperature"]
 
 
 def counters_dict(c: SpecCounters) -> dict[str, Any]:
@@ -43,17 +45,60 @@ class TuningActions(DashboardBase):
         assert st is not None
         o = self.options
         sweep = Sweep(self.state.prompt_text, st, ks=o.sweep_ks, rounds=o.sweep_rounds,
-                      max_tokens=min(o.sweep_tokens, st.max_tokens or o.sweep_tokens), title=self.state.prompt_title)
+                      max_tokens=min(o.sweep_tokens, st.max_tokens or o.sweep_tokens), title=self.state.prompt_title,
+                      temps=o.sweep_temps)
         why = sweep.why_not() or ("" if self.state.prompt_text else "no prompt is running yet")
         if why:
             self.notify(why, severity="warning", timeout=6)
             return
+        self._start_sweep(sweep)
+
+    def _start_sweep(self, sweep: Sweep) -> None:
+        o = self.options
         if o.sweep_predicted is not None and sweep.prompt == o.prompt:  # predicted for this prompt only
             sweep.predicted, sweep.predicted_from = o.sweep_predicted
         self.sweep = sweep
         self.push_screen(SweepScreen(sweep))
         for cmd in sweep.start():
             self._send(cmd)
+
+    def on_sweep_screen_temperatures(self, _message: SweepScreen.Temperatures) -> None:
+        """t in the sweep view: ask for the temperatures, then sweep again at them (the
+        runs so far are dropped: a sweep's rounds interleave every (K, T) it plans)."""
+        old = self.sweep
+        if old is None:
+            return
+        limit = TEMPERATURE
+
+        def parse(text: str) -> list[float] | None:
+            try:
+                values = [limit.coerce(float(x)) for x in text.split(",") if x.strip()]
+            except ValueError:
+                return None
+            return list(dict.fromkeys(values)) or None
+
+        def check(text: str) -> str | None:
+            return None if parse(text) else f"{text!r}: comma-separated temperatures, each {limit.allowed}, e.g. 0,0.7"
+
+        def chosen(text: str | None) -> None:
+            temps = parse(text) if text is not None else None
+            if temps is None or self.sweep is not old:
+                return
+            # Still running: the new sweep takes over the engine from here, and its restore
+            # is the old one's (the settings found when `k` was pressed). Finished: the
+            # settings now in force (a may have applied a K) are the ones to come back to.
+            before = old.before if not old.finished else (self.state.settings or old.before)
+            old.finished = old.cancelled = True  # without its restore: the new sweep follows at once
+            self.options.sweep_temps = tuple(temps)
+            if isinstance(self.screen, SweepScreen):
+                self.pop_screen()
+            self._start_sweep(Sweep(old.prompt, before, ks=old.ks, rounds=old.rounds, max_tokens=old.max_tokens,
+                                    title=old.title, temps=temps))
+
+        current = ",".join(f"{t:g}" for t in old.temps)
+        self.push_screen(AskScreen("Sweep temperatures", current,
+                                   f"comma-separated, each {limit.allowed} (0 = greedy); every K runs at each. "
+                                   "Enter restarts the sweep, Esc keeps this one.", check), chosen)
 
     def _drive_sweep(self, ev: Event) -> None:
         assert self.sweep is not None
@@ -66,7 +111,8 @@ class TuningActions(DashboardBase):
                 screen.refresh_view()
             if self.sweep.finished and self.sweep.best is not None:
                 best = self.sweep.best
-                self.notify(f"best K={best.k}: {best.tokens_per_s:.1f} tok/s; a applies it, w saves it",
+                at = f" at T={best.temperature:g}" if len(self.sweep.temps) > 1 else ""
+                self.notify(f"best K={best.k}{at}: {best.tokens_per_s:.1f} tok/s; a applies it, w saves it",
                             title="Sweep done", timeout=8)
 
     def on_sweep_screen_leave(self, _message: SweepScreen.Leave) -> None:

@@ -40,6 +40,7 @@ class Series:
     colour: str  # a theme variable ("chart-line") or a colour
     label: str | None = None
     kind: str = "line"  # line | step | bars | points
+    marker: str = "●"  # points: the character drawn (and shown in the legend)
 
 
 class Plot(PlotWidget, can_focus=False):
@@ -124,7 +125,7 @@ class Plot(PlotWidget, can_focus=False):
                 self.bar(list(s.xs), list(s.ys), width=bar_width, bar_style=style, hires_mode=HIRES,
                          label=s.label)
             elif s.kind == "points":
-                self.scatter(list(s.xs), list(s.ys), marker="●", marker_style=style, label=s.label)
+                self.scatter(list(s.xs), list(s.ys), marker=s.marker, marker_style=style, label=s.label)
             else:
                 xs, ys = (_steps(s.xs, s.ys) if s.kind == "step" else (s.xs, s.ys))
                 self.plot(list(xs), list(ys), line_style=style, hires_mode=HIRES, label=s.label)
@@ -173,7 +174,7 @@ def clean_series(s: Series) -> Series:
     if all(plottable(x) and plottable(y) for x, y in zip(s.xs, s.ys)) and len(s.xs) == len(s.ys):
         return s
     kept = [(x, y) for x, y in zip(s.xs, s.ys) if plottable(x) and plottable(y)]
-    return Series(tuple(x for x, _ in kept), tuple(y for _, y in kept), s.colour, s.label, s.kind)
+    return Series(tuple(x for x, _ in kept), tuple(y for _, y in kept), s.colour, s.label, s.kind, s.marker)
 
 
 def clean_limits(limits: tuple[float, float] | None) -> tuple[float, float] | None:
