@@ -80,7 +80,9 @@ class Engine:
     ):
         self.target = target
         self.drafter = drafter
-        self.settings = settings
+        # Adaptive K is the settings' default, but without a controller this engine runs
+        # the fixed K: its settings (and so its SettingsEvent) say so rather than claim it.
+        self.settings = settings if controller is not None else settings.replace(adaptive=False)
         self._make_drafter = drafter_factory
         self._reload_target = reload_target
         self.controller = controller  # adaptive K; used when settings.adaptive

@@ -1,0 +1,144 @@
+"""Adaptive K is the default (issue 21): a new user's first run either speculates where it
+pays or decodes at plain speed. A K the user writes down alone is that K, fixed.
+
+Through the real CLI on the small real model: the engine's own settings event and every
+step event say whether K was adaptive, so these read what ran, not what was parsed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import assert_usage_error, specdash
+
+from specdash.config import Config, apply_overrides, load_config
+from specdash.engine.settings import EngineSettings
+
+SMALL = ["--target", "smollm2-135m", "--draft", "lookup", "--threads", "2", "--max-tokens", "32", "--json"]
+# Repetitive, so lookup has something to draft and adaptive K has a reason to speculate.
+PROMPT = ["--prompt", "Repeat this line four times: the cat sat on the mat, the cat sat on the mat."]
+
+
+def run_json(*args: str) -> tuple[dict, list[dict]]:
+    """(the engine's first settings event, its step events) of one `specdash run --json`."""
+    proc = specdash("run", *SMALL, *PROMPT, *args)
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    settings = next(e for e in events if e["event"] == "settings")
+    steps = [e for e in events if e["event"] == "step"]
+    assert steps and events[-1]["event"] == "summary"
+    return settings, steps
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return str(path)
+
+
+# --- the defaults themselves -------------------------------------------------------------
+
+
+def test_the_settings_default_is_adaptive():
+    assert EngineSettings().adaptive is True
+    assert Config().engine.adaptive is True
+
+
+def test_the_example_config_says_adaptive_is_the_default():
+    example = Path(__file__).resolve().parent.parent / "config.example.toml"
+    assert "\nadaptive = true\n" in example.read_text()
+    assert load_config(example).engine.adaptive is True
+
+
+# --- what a run does, by what the engine reports ----------------------------------------
+
+
+def test_run_with_no_k_flag_is_adaptive(smol_path):
+    settings, steps = run_json()
+    assert settings["adaptive"] is True and settings["k"] == 4
+    assert all(s["adaptive"] for s in steps)
+    # The controller decided every speculating step (its reason is on the event).
+    assert all(s["decision"] for s in steps if s["k"] > 0)
+
+
+def test_k_alone_is_a_fixed_k(smol_path):
+    settings, steps = run_json("--k", "3")
+    assert settings["adaptive"] is False and settings["k"] == 3
+    assert not any(s["adaptive"] for s in steps)
+    # Fixed K: every step drafts up to 3 (fewer only near the token budget's end).
+    assert {s["k"] for s in steps} <= {0, 1, 2, 3} and steps[0]["k"] == 3
+
+
+def test_k_with_adaptive_is_where_adaptive_starts(smol_path):
+    settings, steps = run_json("--k", "3", "--adaptive")
+    assert settings["adaptive"] is True and settings["k"] == 3
+    assert all(s["adaptive"] for s in steps)
+
+
+def test_no_adaptive_keeps_the_default_k_fixed(smol_path):
+    settings, steps = run_json("--no-adaptive")
+    assert settings["adaptive"] is False and settings["k"] == 4
+    assert not any(s["adaptive"] for s in steps) and steps[0]["k"] == 4
+
+
+def test_config_adaptive_false_is_fixed(tmp_path, smol_path):
+    settings, steps = run_json("--config", write(tmp_path, "[speculative]\nadaptive = false\n"))
+    assert settings["adaptive"] is False and settings["k"] == 4
+    assert not any(s["adaptive"] for s in steps)
+
+
+# --- how K and adaptive combine, file and flags (no model needed) -----------------------
+
+
+class Flags:
+    def __init__(self, **given):
+        self.__dict__.update(given)
+
+
+@pytest.mark.parametrize("text, adaptive, k", [
+    ("[speculative]\nk = 5\n", False, 5),  # a K alone is that K, fixed, as --k alone is
+    ("[speculative]\nk = 5\nadaptive = true\n", True, 5),  # adaptive, starting at 5
+    ("[speculative]\nadaptive = false\n", False, 4),
+    ("[speculative]\nk_max = 8\n", True, 4),  # other keys leave the default alone
+    ("[sampling]\ntemperature = 0.5\n", True, 4),
+])
+def test_config_k_and_adaptive(tmp_path, text, adaptive, k):
+    engine = load_config(write(tmp_path, text)).engine
+    assert (engine.adaptive, engine.k) == (adaptive, k)
+
+
+@pytest.mark.parametrize("file_text, flags, adaptive, k", [
+    ("", {}, True, 4),
+    ("", {"k": 3}, False, 3),
+    ("", {"k": 3, "adaptive": True}, True, 3),
+    ("", {"adaptive": False}, False, 4),
+    ("[speculative]\nadaptive = true\n", {"k": 2}, False, 2),  # the flag decides over the file
+    ("[speculative]\nk = 6\n", {"adaptive": True}, True, 6),  # the file's K, now where adaptive starts
+    ("[speculative]\nadaptive = false\n", {"temp": 0.5}, False, 4),
+])
+def test_flags_over_a_file(tmp_path, file_text, flags, adaptive, k):
+    config = load_config(write(tmp_path, file_text)) if file_text else Config()
+    engine = apply_overrides(config, Flags(**flags)).engine
+    assert (engine.adaptive, engine.k) == (adaptive, k)
+
+
+# --- bad values: still one line, exit 2 --------------------------------------------------
+
+
+def test_bad_k_is_one_line():
+    assert_usage_error(specdash("run", "--k", "99", "--prompt", "x"), "--k 99", "0..64")
+    assert_usage_error(specdash("run", "--k", "99", "--adaptive", "--prompt", "x"), "--k 99", "0..64")
+
+
+def test_bad_adaptive_in_a_config_is_one_line(tmp_path):
+    path = write(tmp_path, '[speculative]\nadaptive = "yes"\n')
+    assert_usage_error(specdash("run", "--config", path, "--prompt", "x"),
+                       path, "[speculative] adaptive = \"yes\"", "true or false")
+
+
+def test_help_says_how_to_get_a_fixed_k():
+    proc = specdash("run", "--help")
+    text = " ".join(proc.stdout.split())
+    assert "--no-adaptive, or --k N alone, runs a fixed K (default true)" in text
+    assert "given alone it is a fixed K (adaptive off)" in text
