@@ -265,6 +265,11 @@ class Engine:
         ctl, target = self.controller, self.target
         if not (self.settings.adaptive and ctl is not None):
             return
+        if self.drafter.name == "none":
+            # Adaptive is the default, also with --draft none: nothing can be drafted, so
+            # measuring batch costs would only delay the first token. A drafter swapped in
+            # later is measured before its first step (generate calls this every step).
+            return
         strategy = self._rollback().strategy
         if strategy.kind == "none" or (strategy.kind != "kv" and not strategy.checkpoint_bytes):
             return  # nothing to draft (K=0), or no way back from a junk batch
