@@ -9,6 +9,9 @@ Layout (config.example.toml documents every key with its default):
     [generation]   max_tokens, raw, prompt, prompt_file
     [ui]           theme, refresh, screenshots_dir
 
+Adaptive K is the default; a `k` written without an `adaptive` key is that K, fixed
+(explicit_k_fixes_it), as `--k N` alone is on the command line.
+
 TOML has no null: a key whose setting is None (threads, experts, seed, prompt,
 prompt_file) is simply omitted, and an omitted key means "the default". Paths are kept
 as written: `~` is for the consumer to expand, a relative path is relative to the

@@ -158,3 +158,58 @@ def test_draft_none_does_not_measure_costs_until_a_drafter_comes(smol_path):
     assert len(measured) == 1 and measured[0] > swap, (swap, measured)
     steps_after = [e for e in events[measured[0]:] if e["event"] == "step"]
     assert steps_after and all(s["adaptive"] for s in steps_after)
+
+
+# --- the first screen -------------------------------------------------------------------
+
+
+def test_the_first_screen_says_k_is_adaptive(smol_path, tmp_path):
+    """The dashboard as `specdash --target ... --draft lookup` builds it (flags through the
+    same parser and config merge), at 80x24: the engine runs adaptive K and the status
+    line and the K panel say so."""
+    from test_tui_support import FixedSampler, sync
+
+    from specdash.cli import build_parser
+    from specdash.commands.common import load_settings
+    from specdash.events import StepEvent
+    from specdash.session import Session
+    from specdash.tui.app import DashboardOptions, SpecdashApp
+
+    args = build_parser().parse_args(["--target", str(smol_path), "--draft", "lookup", "--threads", "2",
+                                      "--config", write(tmp_path, "")])
+    settings = load_settings(args).engine
+    assert settings.adaptive
+    sessions: list[Session] = []
+    seen: list = []
+
+    def factory(s, progress):
+        sessions.append(Session(s, progress=progress))
+        return sessions[-1]
+
+    opts = DashboardOptions(settings=settings, prompt=PROMPT[1], screenshots_dir=str(tmp_path / "shots"), refresh=0.2)
+    app = SpecdashApp(opts, session_factory=factory, sampler=FixedSampler(), hints=lambda: [], flush_interval=0.1)
+
+    @sync
+    async def drive():
+        async with app.run_test(size=(80, 24)) as pilot:
+            for _ in range(3000):  # a liveness bound on a loaded machine, not a timing check
+                step = app.state.stats.last_step
+                if step is not None:
+                    break
+                await pilot.pause(0.05)
+            assert isinstance(step, StepEvent) and step.adaptive
+
+            def screen() -> tuple[str, str]:
+                titles = " ".join(str(w.border_title) for w in app.query("*") if getattr(w, "border_title", None))
+                return str(app.query_one("#status").render()), titles
+
+            for _ in range(200):  # the panels redraw on the refresh tick
+                if "(adaptive)" in screen()[1]:
+                    break
+                await pilot.pause(0.05)
+            seen.extend(screen())
+
+    drive()
+    status, titles = seen
+    assert " adaptive " in status, status
+    assert "(adaptive)" in titles, titles
