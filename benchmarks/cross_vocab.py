@@ -93,7 +93,7 @@ def _med(xs: Sequence[float]) -> str:
 
 
 def bench_pair(spec: PairSpec, k: int, tokens: int, rounds: int, prompts: int, threads: int) -> list[str]:
-    settings = EngineSettings(target=spec.target, draft=spec.draft, k=k, threads=threads, ctx=2048)
+    settings = EngineSettings(target=spec.target, draft=spec.draft, k=k, adaptive=False, threads=threads, ctx=2048)
     session = Session(settings)
     lines = [f"pair {spec.name}: target {spec.target}, translated draft {spec.draft}, K={k}, {tokens} tokens, "
              f"{rounds} round(s) x {prompts} prompt(s), {threads} thread(s)"]

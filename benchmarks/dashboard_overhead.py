@@ -36,7 +36,7 @@ import sys
 from specdash.session import Session
 from specdash.engine.settings import EngineSettings
 target, draft, k, n, prompt_file = sys.argv[1:6]
-s = Session(EngineSettings(target=target, draft=draft, k=int(k), threads=2, max_tokens=int(n)))
+s = Session(EngineSettings(target=target, draft=draft, k=int(k), adaptive=False, threads=2, max_tokens=int(n)))
 s.engine.calibrate_steps = {calibrate}
 for ev in s.run(open(prompt_file).read()):
     last = ev

@@ -114,7 +114,7 @@ class Pair:
         from specdash.engine.settings import EngineSettings
 
         # Starting with the draft model makes it the chain's model from the first chain on.
-        return EngineSettings(target=self.target, draft=self.draft_model or "lookup", k=4, threads=self.threads, ctx=self.ctx,
+        return EngineSettings(target=self.target, draft=self.draft_model or "lookup", k=4, adaptive=False, threads=self.threads, ctx=self.ctx,
                               max_tokens=max_tokens, raw=self.raw)
 
 

@@ -58,7 +58,7 @@ def main() -> None:
     path = str(resolve_model(args.model))
     ref = Llama(path, n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads, verbose=False)
     target = LLM(path, n_ctx=2048, n_threads=args.threads)
-    engine = Engine(target, NoDrafter(), EngineSettings(k=0))
+    engine = Engine(target, NoDrafter(), EngineSettings(k=0, adaptive=False))
     prompt = target.tokenize(target.chat_prompt(by_name("code-generation").text))
 
     engine_tps(engine, prompt, 16)  # warm-up both

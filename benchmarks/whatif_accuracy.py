@@ -85,7 +85,7 @@ def predict(base: EngineSettings, prompt: str, model: str, ks: list[int]) -> tup
 
 def measure(base: EngineSettings, prompt: str, drafter: str, ks: list[int], rounds: int) -> dict:
     """{k: [(tok/s, acceptance, tok/s of the round's plain run, the text)]} from real runs."""
-    session = Session(base.replace(draft=drafter, k=0))
+    session = Session(base.replace(draft=drafter, k=0, adaptive=False))  # fixed K: SetK below
     out: dict[int, list[tuple[float, float | None, float, str]]] = {k: [] for k in ks}
     try:
         for r in range(rounds):

@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="specdash",
         description=(
             "Watch and steer speculative decoding live. With no subcommand, opens the "
-            "dashboard on the default pair (Qwen2.5-Coder 1.5B target, 0.5B draft)."
+            "dashboard on the default pair (Qwen2.5-Coder 1.5B target, 0.5B draft) with adaptive K: "
+            "K chosen every step, 0 (plain decoding) where drafting does not pay. --k N alone fixes K."
         ),
         epilog="Run `specdash COMMAND --help` for a subcommand's options.",
     )

@@ -9,6 +9,9 @@ Layout (config.example.toml documents every key with its default):
     [generation]   max_tokens, raw, prompt, prompt_file
     [ui]           theme, refresh, screenshots_dir
 
+Adaptive K is the default; a `k` written without an `adaptive` key is that K, fixed
+(explicit_k_fixes_it), as `--k N` alone is on the command line.
+
 TOML has no null: a key whose setting is None (threads, experts, seed, prompt,
 prompt_file) is simply omitted, and an omitted key means "the default". Paths are kept
 as written: `~` is for the consumer to expand, a relative path is relative to the
@@ -75,6 +78,16 @@ _KEY_LIST: tuple[Limit, ...] = LIMITS + UI_LIMITS
 _KEYS: dict[tuple[str, str], Limit] = {(k.section, k.name): k for k in _KEY_LIST}
 SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(k.section for k in _KEY_LIST))
 _UI_NAMES = frozenset(k.name for k in UI_LIMITS)
+
+
+def explicit_k_fixes_it(k_given: bool, adaptive_given: bool, flat: dict[str, Any]) -> None:
+    """Adaptive K is the default, but a K the user wrote down without also saying
+    `adaptive` means that K, fixed: `--k 3` runs K=3 on every step (as llama.cpp's
+    --draft-max would), and so does `k = 3` alone in a config file. With `adaptive` given
+    too (`--k 3 --adaptive`, or both keys), K is where adaptive K starts. The flag layer
+    decides over the file's: `--k 3` over a file's `adaptive = true` is fixed K=3."""
+    if k_given and not adaptive_given:
+        flat["adaptive"] = False
 
 
 def _engine_settings(flat: dict[str, Any], where: str) -> EngineSettings:
@@ -188,6 +201,8 @@ def load_config(path: Path | str | None) -> Config:
                 setattr(config.ui, name, value)
             else:
                 flat[name] = value
+    spec = doc.get("speculative", {})
+    explicit_k_fixes_it("k" in spec, "adaptive" in spec, flat)
     config.engine = _engine_settings(flat, f"{path}: [speculative]")  # only ORDERED pairs can fail here
     if config.ui.prompt is not None and config.ui.prompt_file is not None:
         raise SpecdashError(f"{path}: [generation] prompt and prompt_file are both set: keep one")
@@ -232,6 +247,7 @@ def apply_overrides(config: Config, args: Any) -> Config:
       max_tokens, raw, prompt, prompt_file            -> [generation]
       theme, refresh                                  -> [ui]
     A flag that was not given must be absent (argparse.SUPPRESS) or None.
+    A --k without --adaptive/--no-adaptive fixes K (explicit_k_fixes_it).
     A given --prompt clears the file's prompt_file and vice versa. Values get the same
     checks as the file; an error names the flag as --dest-with-dashes.
     """
@@ -254,6 +270,7 @@ def apply_overrides(config: Config, args: Any) -> Config:
             setattr(result.ui, key.name, value)
         else:
             flat[key.name] = value
+    explicit_k_fixes_it(getattr(args, "k", None) is not None, getattr(args, "adaptive", None) is not None, flat)
     result.engine = _engine_settings(flat, (" ".join(given) or "settings") + ":")
     prompt, prompt_file = getattr(args, "prompt", None), getattr(args, "prompt_file", None)
     if prompt is not None and prompt_file is not None:

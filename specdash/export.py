@@ -14,8 +14,10 @@ The mapping, for the llama.cpp vendored with llama-cpp-python (common/arg.cpp):
     threads, ctx            -t N, -c N
     temperature             --temp T
 
-llama-server has no adaptive K: an adaptive session exports the K its last step ran
-with, and says so in a comment.
+llama-server has no adaptive K (and adaptive K is specdash's default): an adaptive
+session exports the K its last step ran with, adaptive settings that never ran (`specdash
+export` from flags or a config) export the K adaptive would start at, and either says
+which fixed K it wrote in a comment.
 """
 
 from __future__ import annotations
@@ -45,11 +47,15 @@ def server_args(st: SettingsEvent, *, k: int | None = None) -> tuple[list[str], 
         raise SpecdashError("export: the source did not report the target's file (a remote server's settings "
                             "cannot be exported)")
     notes: list[str] = []
+    in_force = k is not None
     k = st.k if k is None else k
     args = ["-m", st.target_path]
     draft = st.draft or "none"
-    if st.adaptive:
-        notes.append(f"specdash ran with adaptive K; llama-server has none: exported K={k}, the K in force")
+    if st.adaptive and in_force:
+        notes.append(f"specdash ran with adaptive K; llama-server has none: exported fixed K={k}, the K in force")
+    elif st.adaptive:
+        notes.append(f"these settings use adaptive K; llama-server has none: exported fixed K={k}, the K "
+                     "adaptive starts at (choose it with --k N)")
     if k and draft != "none":
         model = draft if is_model(draft) or draft == "chain" else None
         types = []

@@ -37,7 +37,7 @@ def qwen_session():
     from specdash.session import Session
     from specdash.engine.settings import EngineSettings
 
-    s = Session(EngineSettings(threads=2, ctx=2048))
+    s = Session(EngineSettings(adaptive=False, threads=2, ctx=2048))
     yield s
     s.close()
 

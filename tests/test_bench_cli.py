@@ -21,13 +21,26 @@ def test_bench_takes_the_users_own_prompt_files(tmp_path, smol_path):
                     "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(out.read_text())["results"]
-    # plain, lookup K=2 and K=24 (a fixed K above the adaptive k_max) for each file
-    assert sorted((r["prompt"], r["drafter"], r["k"]) for r in rows) == [
-        ("letters", "lookup", 2), ("letters", "lookup", 24), ("letters", "plain", 0),
-        ("numbers", "lookup", 2), ("numbers", "lookup", 24), ("numbers", "plain", 0),
-    ]
+    # plain, lookup K=2 and K=24 (a fixed K above the adaptive k_max), and lookup with
+    # adaptive K (the default setting, so the bench shows it too) for each file
+    assert len(rows) == 8 and {(r["prompt"], r["drafter"], r["k"], r["adaptive"]) for r in rows} == {
+        ("letters", "lookup", None, True), ("letters", "lookup", 2, False), ("letters", "lookup", 24, False),
+        ("letters", "plain", 0, False),
+        ("numbers", "lookup", None, True), ("numbers", "lookup", 2, False), ("numbers", "lookup", 24, False),
+        ("numbers", "plain", 0, False),
+    }
+    assert "adaptive" in proc.stdout
     assert all(r["n_generated"] == 8 and r["verify_ms_per_step"] > 0 for r in rows)
     assert "numbers" in proc.stdout and "letters" in proc.stdout
+
+
+def test_bench_no_adaptive_runs_the_fixed_k_list_only(tmp_path, smol_path):
+    out = tmp_path / "bench.json"
+    proc = specdash("bench", *SMALL, "--drafters", "lookup", "--k", "3", "--repeat", "1", "--max-tokens", "8",
+                    "--prompts", "code-edit", "--no-adaptive", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())["results"]
+    assert sorted((r["drafter"], r["k"], r["adaptive"]) for r in rows) == [("lookup", 3, False), ("plain", 0, False)]
 
 
 def test_bench_bad_prompt_file_is_one_line(tmp_path):

@@ -141,7 +141,8 @@ def test_partial_file_keeps_defaults_for_the_rest(tmp_path):
     assert config.engine.k == 8
     assert config.engine.sampling.temperature == 1.0
     assert isinstance(config.engine.sampling.temperature, float)
-    assert dataclasses.replace(config.engine, k=4, sampling=SamplingParams()) == EngineSettings()
+    assert config.engine.adaptive is False  # a k without an adaptive key is that K, fixed
+    assert dataclasses.replace(config.engine, k=4, adaptive=True, sampling=SamplingParams()) == EngineSettings()
 
 
 def test_none_path_means_defaults():

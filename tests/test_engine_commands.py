@@ -17,7 +17,7 @@ PROMPT = "List the first twenty prime numbers, one per line, with a short remark
 
 @pytest.fixture(scope="module")
 def session(smol_path):
-    s = Session(EngineSettings(target="smollm2-135m", draft="lookup", k=3, threads=1, ctx=1024))
+    s = Session(EngineSettings(adaptive=False, target="smollm2-135m", draft="lookup", k=3, threads=1, ctx=1024))
     yield s
     s.close()
 
@@ -95,7 +95,7 @@ def test_invalid_k_is_refused_and_the_old_k_stays(session):
 
 def test_incompatible_draft_swap_is_refused_and_generation_goes_on(smol_path, gemma_path):
     # translate=False: llama.cpp's strict rules (by default gemma3-270m drafts through translation).
-    session = Session(EngineSettings(target="smollm2-135m", draft="lookup", k=3, threads=1, ctx=1024, translate=False))
+    session = Session(EngineSettings(adaptive=False, target="smollm2-135m", draft="lookup", k=3, threads=1, ctx=1024, translate=False))
 
     def on_step(ev):
         if ev.step == 2:

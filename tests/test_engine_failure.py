@@ -87,7 +87,7 @@ class Factory:
 
 def failing_app(tmp_path, smol_path, where: str):
     factory = Factory(where)
-    launch = EngineSettings(target=str(smol_path), draft="lookup", k=2, threads=1, ctx=2048, max_tokens=2000)
+    launch = EngineSettings(adaptive=False, target=str(smol_path), draft="lookup", k=2, threads=1, ctx=2048, max_tokens=2000)
     opts = DashboardOptions(settings=launch, prompt=PROMPT, screenshots_dir=str(tmp_path / "shots"))
     app = SpecdashApp(opts, session_factory=factory, sampler=FixedSampler(), hints=lambda: [], flush_interval=0.1)
     notes: list[tuple[str, str, str]] = []

@@ -259,7 +259,7 @@ def test_set_experts_between_runs_equals_a_fresh_load(tiny_moe):
 # --- 4. the bench -----------------------------------------------------------------------
 
 BENCH = ["bench", "--draft", "none", "--drafters", "lookup", "--k", "2", "--raw", "--threads", "2",
-         "--prompts", "code-edit", "--repeat", "1", "--max-tokens", "8"]
+         "--prompts", "code-edit", "--repeat", "1", "--max-tokens", "8", "--no-adaptive"]
 
 
 def test_bench_sweeps_expert_counts(tiny_moe, tmp_path):

@@ -68,12 +68,27 @@ def test_cli_export_from_flags_and_from_a_recording(tmp_path, smol_path):
     assert proc.stdout.startswith(f"llama-server -m {smol_path} ") and "--spec-ngram-simple-size-m 6" in proc.stdout
     rec = tmp_path / "r.jsonl"
     run = specdash("run", "--target", "smollm2-135m", "--draft", "lookup", "--threads", "2", "--max-tokens", "6",
-                   "--prompt", "Count to ten.", "--record", str(rec), "--at", "2:k=5")
+                   "--prompt", "Count to ten.", "--record", str(rec), "--at", "2:k=5", "--no-adaptive")
     assert run.returncode == 0, run.stderr
     proc = specdash("export", "--recording", str(rec), "--format", "preset", "--name", "mine")
     assert proc.returncode == 0 and proc.stdout.splitlines()[0] == "[mine]"
     assert "spec-ngram-simple-size-m = 5" in proc.stdout  # the last recorded settings: k=5
     assert_usage_error(specdash("export", "--recording", str(tmp_path / "nope.jsonl")), "no such file")
+
+
+def test_cli_export_of_the_default_adaptive_settings_says_which_fixed_k_it_wrote(smol_path):
+    """Adaptive K is the default and llama-server has none: an export from flags that
+    never ran writes adaptive's starting K and says so; --k alone is that K, fixed, and
+    then there is nothing to explain."""
+    proc = specdash("export", "--target", "smollm2-135m", "--draft", "lookup", "--threads", "2")
+    assert proc.returncode == 0, proc.stderr
+    note, command = proc.stdout.splitlines()
+    assert note == ("# these settings use adaptive K; llama-server has none: exported fixed K=4, "
+                    "the K adaptive starts at (choose it with --k N)")
+    assert command.startswith(f"llama-server -m {smol_path} ") and "--spec-ngram-simple-size-m 4" in command
+    proc = specdash("export", "--target", "smollm2-135m", "--draft", "lookup", "--k", "7", "--threads", "2")
+    assert proc.returncode == 0 and not proc.stdout.startswith("#")
+    assert "--spec-ngram-simple-size-m 7" in proc.stdout
 
 
 def _server_accepts(args: list[str], tmp_path, *, probe: str = "/health") -> httpx.Response:

@@ -71,7 +71,7 @@ def attach_app(source) -> SpecdashApp:
 
 @sync
 async def test_embedded_engine_footer(smol_path):
-    settings = EngineSettings(target=str(smol_path), draft="lookup", k=3, threads=2, ctx=1024, max_tokens=400)
+    settings = EngineSettings(adaptive=False, target=str(smol_path), draft="lookup", k=3, threads=2, ctx=1024, max_tokens=400)
     opts = DashboardOptions(settings=settings, prompt="Write the numbers from 1 to 300, separated by commas.",
                             screenshots_dir="/nonexistent")
     app = SpecdashApp(opts, session_factory=lambda s, p: Session(s, progress=p), sampler=FixedSampler(),

@@ -27,7 +27,7 @@ def live(smol_path, tmp_path_factory):
     dashboard would have seen them live."""
     path = tmp_path_factory.mktemp("rec") / "live.jsonl"
     recorder = Recorder(path, extra={"command": "test"})
-    session = Session(EngineSettings(target=str(smol_path), draft="lookup", k=4, threads=2, ctx=1024, max_tokens=80))
+    session = Session(EngineSettings(adaptive=False, target=str(smol_path), draft="lookup", k=4, threads=2, ctx=1024, max_tokens=80))
     events: list[E.Event] = []
     try:
         for ev in session.run(PROMPT):

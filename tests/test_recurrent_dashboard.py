@@ -27,7 +27,7 @@ def recurrent_app(tmp_path, target, draft):
 
     # A long budget so the prompt is still running while the keys are pressed (the tiny
     # model decodes hundreds of tokens a second); the keys also apply between prompts.
-    settings = EngineSettings(target=str(target), draft=str(draft), k=2, threads=2, ctx=65536,
+    settings = EngineSettings(adaptive=False, target=str(target), draft=str(draft), k=2, threads=2, ctx=65536,
                               max_tokens=65000, raw=True)
     opts = DashboardOptions(settings=settings, prompt=PROMPT, screenshots_dir=str(tmp_path / "shots"))
     app = SpecdashApp(opts, session_factory=factory, sampler=FixedSampler(), hints=lambda: [], flush_interval=0.1)

@@ -50,7 +50,7 @@ def _fuzz_module():
 
 def settings(target: Path, draft: str, k: int = 4, **kw) -> EngineSettings:
     # Lookup from 1-token matches: more drafts, so more of them are cut short.
-    return EngineSettings(target=str(target), draft=draft, k=k, threads=1, ctx=1024, max_tokens=N_TOKENS,
+    return EngineSettings(adaptive=False, target=str(target), draft=draft, k=k, threads=1, ctx=1024, max_tokens=N_TOKENS,
                           raw=True, lookup_min_ngram=1, lookup_max_ngram=3, **kw)
 
 

@@ -42,7 +42,8 @@ def refusals(tmp_path) -> list[tuple[str, str]]:
 
 def settings(smol_path, **changes) -> EngineSettings:
     # translate=False: gemma3-270m's vocabulary would otherwise draft through translation.
-    base = dict(target=str(smol_path), draft="lookup", k=3, threads=1, ctx=1024, max_tokens=90, translate=False)
+    base = dict(target=str(smol_path), draft="lookup", k=3, threads=1, ctx=1024, max_tokens=90, translate=False,
+                adaptive=False)
     return EngineSettings(**{**base, **changes})  # type: ignore[arg-type]
 
 

@@ -145,7 +145,7 @@ async def test_resize_storm_during_generation(tmp_path, smol_path):
         recorders.append(Recorder(Session(settings, progress=progress)))
         return recorders[-1]
 
-    settings = EngineSettings(target=str(smol_path), draft="lookup", k=3, threads=1, ctx=2048, max_tokens=400)
+    settings = EngineSettings(adaptive=False, target=str(smol_path), draft="lookup", k=3, threads=1, ctx=2048, max_tokens=400)
     # A workload cycles for ever: the engine is generating through the whole storm.
     opts = DashboardOptions(settings=settings, workload=[WorkItem("count", PROMPT)],
                             screenshots_dir=str(tmp_path / "shots"), refresh=0.25)

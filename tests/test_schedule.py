@@ -177,7 +177,7 @@ def test_a_real_engine_applies_each_command_before_the_next_step(smol_path):
     from specdash.engine.settings import EngineSettings
     from specdash.session import Session
 
-    session = Session(EngineSettings(target=str(smol_path), draft="lookup", k=3, threads=2, ctx=512))
+    session = Session(EngineSettings(adaptive=False, target=str(smol_path), draft="lookup", k=3, threads=2, ctx=512))
     schedule = Schedule(parse_at(["2:k=6", "3:draft=suffix adaptive=on", "4:adaptive=off k=65", "5:draft=none"]),
                         session.send)
     events: list[E.Event] = []

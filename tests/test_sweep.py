@@ -87,7 +87,7 @@ async def test_the_sweep_view_on_the_real_engine_ends_on_the_settings_it_started
     from specdash.engine.settings import EngineSettings
     from specdash.session import Session
 
-    settings = EngineSettings(target=str(smol_path), draft="lookup", k=5, threads=2, ctx=1024, max_tokens=400)
+    settings = EngineSettings(adaptive=False, target=str(smol_path), draft="lookup", k=5, threads=2, ctx=1024, max_tokens=400)
     opts = DashboardOptions(settings=settings, prompt="Write the numbers from 1 to 300, separated by commas.",
                             sweep_ks=(0, 2, 6), sweep_rounds=1, sweep_tokens=12, screenshots_dir=str(tmp_path))
     app = SpecdashApp(opts, session_factory=lambda s, p: Session(s, p), sampler=FixedSampler(), hints=lambda: [])

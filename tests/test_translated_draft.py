@@ -273,7 +273,7 @@ def pair_runs(request):
         if (target, draft) not in made:
             from specdash.session import Session
 
-            s = Session(EngineSettings(target=target, draft=draft, k=4, threads=1, ctx=1024, raw=True))
+            s = Session(EngineSettings(adaptive=False, target=target, draft=draft, k=4, threads=1, ctx=1024, raw=True))
             pair = F.Pair(f"{target}+{draft}", str(resolve_model(target)), draft, ctx=1024)
             made[(target, draft)] = (s, F.Reference(pair))
         return made[(target, draft)]
@@ -372,7 +372,7 @@ def test_a_padded_vocabulary_is_compatible_and_drafts_untranslated(padded, smol_
     assert report.compatible and not report.translatable
     assert {r.name: r.evidence for r in report.rules}["vocab size"] == (
         "target 49,152, draft 49,280: differ by 128 (max 128)")
-    s = Session(EngineSettings(target=str(smol_path), draft=str(padded), k=4, threads=1, ctx=512, raw=True))
+    s = Session(EngineSettings(adaptive=False, target=str(smol_path), draft=str(padded), k=4, threads=1, ctx=512, raw=True))
     try:
         assert isinstance(s.engine.drafter.inner, DraftModelDrafter)  # type: ignore[attr-defined]
         prompt = s.engine.target.tokenize(PROMPTS[0][1])

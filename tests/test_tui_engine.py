@@ -63,7 +63,7 @@ def real_app(tmp_path, smol_path, *, draft="lookup", translate=True, **options):
         recorders.append(Recorder(Session(settings, progress=progress)))
         return recorders[-1]
 
-    settings = EngineSettings(target=str(smol_path), draft=draft, k=2, threads=2, ctx=2048, max_tokens=1500,
+    settings = EngineSettings(adaptive=False, target=str(smol_path), draft=draft, k=2, threads=2, ctx=2048, max_tokens=1500,
                               translate=translate)
     opts = DashboardOptions(settings=settings, prompt=PROMPT, screenshots_dir=str(tmp_path / "shots"), **options)
     app = SpecdashApp(opts, session_factory=factory, sampler=FixedSampler(), hints=lambda: [], flush_interval=0.1)

@@ -127,7 +127,7 @@ WORKLOAD = [WorkItem(title, "") for title in
 
 def replay_app(tmp_path: Path | None = None, *, session_factory=None, prompt: str | None = None,
                theme: str = "specdash-dark", **options) -> SpecdashApp:
-    settings = EngineSettings(target="smollm2-135m", draft="lookup", k=4, threads=2)
+    settings = EngineSettings(adaptive=False, target="smollm2-135m", draft="lookup", k=4, threads=2)
     opts = DashboardOptions(
         settings=settings,
         prompt=prompt,

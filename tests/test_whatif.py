@@ -45,7 +45,8 @@ def small_draft(tmp_path_factory) -> Path:
 
 
 def settings(smol: Path, draft: str, k: int = 0, **kw) -> EngineSettings:
-    return EngineSettings(target=str(smol), draft=draft, k=k, threads=1, ctx=1024, max_tokens=TOKENS, **kw)
+    return EngineSettings(target=str(smol), draft=draft, k=k, threads=1, ctx=1024, max_tokens=TOKENS,
+                          **{"adaptive": False, **kw})
 
 
 @pytest.fixture(scope="module")

@@ -54,14 +54,18 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "bench",
         help="measure plain vs speculative decoding (K sweeps, drafters)",
-        description="Run plain decoding and every drafter x K on each prompt in one process, "
-        "interleaved and repeated, and report tok/s as a ratio to plain decoding measured in the "
+        description="Run plain decoding, every drafter x K and each drafter with adaptive K on each prompt "
+        "in one process, interleaved and repeated, and report tok/s as a ratio to plain decoding measured in the "
         "same run. Default prompts: a built-in set (code generation, code editing, summarization, "
         "JSON extraction, prose). Greedy unless --temp is given.",
         # --experts here takes a list and replaces the engine flag of the same name.
         conflict_handler="resolve",
     )
     add_engine_arguments(p, with_k=False)
+    p.add_argument("--adaptive", action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                   help="also run adaptive K for each drafter, beside the fixed K list (default true, "
+                   "as adaptive K is the default setting; --no-adaptive, or adaptive = false in the "
+                   "config, runs the fixed K list only)")
     p.add_argument("--k", dest="ks", type=_k_list, default=[0, 2, 4, 8], metavar="LIST",
                    help="K values to sweep, comma-separated (default 0,2,4,8; 0 = plain)")
     p.add_argument("--experts", dest="expert_counts", type=_experts_list, default=None, metavar="LIST",
@@ -107,8 +111,10 @@ def run(args: argparse.Namespace) -> int:
     settings = config.engine
     draft_model = settings.draft if is_model(settings.draft) else DEFAULT_DRAFT
     counts = list(dict.fromkeys(args.expert_counts)) if args.expert_counts else None
+    with_adaptive = settings.adaptive  # the config's default unless --adaptive/--no-adaptive
     settings = settings.replace(
         draft="none",  # each run picks its drafter by command
+        adaptive=False,  # and K and adaptive too (configs_for)
         max_tokens=settings.max_tokens if "max_tokens" in args else 128,
         experts=counts[0] if counts else settings.experts,  # the first load serves the first sweep point
     )
@@ -124,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         if "draft" in args.drafters or "chain" in args.drafters:
             session.make_drafter(draft_model)  # load and check it once, before timing anything
         drafters = {name: draft_model if name == "draft" else name for name in args.drafters}
-        configs = configs_for(args.drafters, ks, getattr(args, "adaptive", False) or False)
+        configs = configs_for(args.drafters, ks, with_adaptive)
         print(f"bench: {len(prompts)} prompts x {len(configs)} configurations x {args.repeat} repeats, "
               f"{settings.max_tokens} tokens each (target {settings.target}, draft model {draft_model})",
               file=sys.stderr)

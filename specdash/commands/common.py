@@ -30,16 +30,23 @@ def limit_type(lim: Limit) -> Callable[[str], Any]:
     return parse
 
 
-def _flag(group: argparse._ArgumentGroup, name: str, metavar: str | None = None) -> None:
+# How K and adaptive combine (config.explicit_k_fixes_it), said where a user looks for it.
+_MORE_HELP = {
+    "k": "; given alone it is a fixed K (adaptive off); with --adaptive, the K adaptive starts at",
+    "adaptive": "; --no-adaptive, or --k N alone, runs a fixed K",
+}
+
+
+def _flag(group: argparse._ArgumentGroup, name: str, metavar: str | None = None, more: bool = True) -> None:
     lim = LIMIT[name]
     assert lim.flag is not None
     flag = "--" + lim.flag.replace("_", "-")
     default = "" if lim.default is None else f" (default {str(lim.default).lower() if lim.kind is bool else lim.default})"
+    text = lim.help + (_MORE_HELP.get(name, "") if more else "") + default
     if lim.kind is bool:
-        group.add_argument(flag, dest=lim.flag, action=argparse.BooleanOptionalAction, help=lim.help + default)
+        group.add_argument(flag, dest=lim.flag, action=argparse.BooleanOptionalAction, help=text)
     else:
-        group.add_argument(flag, dest=lim.flag, type=limit_type(lim), metavar=metavar or "N",
-                           help=lim.help + default)
+        group.add_argument(flag, dest=lim.flag, type=limit_type(lim), metavar=metavar or "N", help=text)
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser, *, with_k: bool = True) -> None:
@@ -56,7 +63,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_k: bool = True
     _flag(g, "translate")
     if with_k:
         _flag(g, "k")
-    _flag(g, "adaptive")
+    _flag(g, "adaptive", more=with_k)  # without --k (bench, sweep, whatif) the command says what it does
     _flag(g, "experts")
     s = parser.add_argument_group("sampling", argument_default=argparse.SUPPRESS)
     _flag(s, "temperature", "T")

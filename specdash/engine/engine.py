@@ -80,7 +80,9 @@ class Engine:
     ):
         self.target = target
         self.drafter = drafter
-        self.settings = settings
+        # Adaptive K is the settings' default, but without a controller this engine runs
+        # the fixed K: its settings (and so its SettingsEvent) say so rather than claim it.
+        self.settings = settings if controller is not None else settings.replace(adaptive=False)
         self._make_drafter = drafter_factory
         self._reload_target = reload_target
         self.controller = controller  # adaptive K; used when settings.adaptive
@@ -262,6 +264,11 @@ class Engine:
     def _measure_costs(self, run: Run) -> Iterator[Event]:
         ctl, target = self.controller, self.target
         if not (self.settings.adaptive and ctl is not None):
+            return
+        if self.drafter.name == "none":
+            # Adaptive is the default, also with --draft none: nothing can be drafted, so
+            # measuring batch costs would only delay the first token. A drafter swapped in
+            # later is measured before its first step (generate calls this every step).
             return
         strategy = self._rollback().strategy
         if strategy.kind == "none" or (strategy.kind != "kv" and not strategy.checkpoint_bytes):

@@ -152,7 +152,9 @@ class TuningActions(DashboardBase):
 
         st = self.state.settings
         assert st is not None
-        k = self.state.k_in_force() if st.adaptive else None
+        # Before the first step adaptive has chosen nothing: export then says it wrote the
+        # starting K, not "the K in force".
+        k = self.state.k_in_force() if st.adaptive and self.state.stats.last_step is not None else None
         try:
             command, preset = command_line(st, k=k), preset_section(st, k=k)
         except SpecdashError as exc:

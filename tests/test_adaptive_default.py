@@ -1,0 +1,215 @@
+"""Adaptive K is the default (issue 21): a new user's first run either speculates where it
+pays or decodes at plain speed. A K the user writes down alone is that K, fixed.
+
+Through the real CLI on the small real model: the engine's own settings event and every
+step event say whether K was adaptive, so these read what ran, not what was parsed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import assert_usage_error, specdash
+
+from specdash.config import Config, apply_overrides, load_config
+from specdash.engine.settings import EngineSettings
+
+SMALL = ["--target", "smollm2-135m", "--draft", "lookup", "--threads", "2", "--max-tokens", "32", "--json"]
+# Repetitive, so lookup has something to draft and adaptive K has a reason to speculate.
+PROMPT = ["--prompt", "Repeat this line four times: the cat sat on the mat, the cat sat on the mat."]
+
+
+def run_json(*args: str) -> tuple[dict, list[dict]]:
+    """(the engine's first settings event, its step events) of one `specdash run --json`."""
+    proc = specdash("run", *SMALL, *PROMPT, *args)
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    settings = next(e for e in events if e["event"] == "settings")
+    steps = [e for e in events if e["event"] == "step"]
+    assert steps and events[-1]["event"] == "summary"
+    return settings, steps
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return str(path)
+
+
+# --- the defaults themselves -------------------------------------------------------------
+
+
+def test_the_settings_default_is_adaptive():
+    assert EngineSettings().adaptive is True
+    assert Config().engine.adaptive is True
+
+
+def test_the_example_config_says_adaptive_is_the_default():
+    example = Path(__file__).resolve().parent.parent / "config.example.toml"
+    assert "\nadaptive = true\n" in example.read_text()
+    assert load_config(example).engine.adaptive is True
+
+
+# --- what a run does, by what the engine reports ----------------------------------------
+
+
+def test_run_with_no_k_flag_is_adaptive(smol_path):
+    settings, steps = run_json()
+    assert settings["adaptive"] is True and settings["k"] == 4
+    assert all(s["adaptive"] for s in steps)
+    # The controller decided every speculating step (its reason is on the event).
+    assert all(s["decision"] for s in steps if s["k"] > 0)
+
+
+def test_k_alone_is_a_fixed_k(smol_path):
+    settings, steps = run_json("--k", "3")
+    assert settings["adaptive"] is False and settings["k"] == 3
+    assert not any(s["adaptive"] for s in steps)
+    # Fixed K: every step drafts up to 3 (fewer only near the token budget's end).
+    assert {s["k"] for s in steps} <= {0, 1, 2, 3} and steps[0]["k"] == 3
+
+
+def test_k_with_adaptive_is_where_adaptive_starts(smol_path):
+    settings, steps = run_json("--k", "3", "--adaptive")
+    assert settings["adaptive"] is True and settings["k"] == 3
+    assert all(s["adaptive"] for s in steps)
+
+
+def test_no_adaptive_keeps_the_default_k_fixed(smol_path):
+    settings, steps = run_json("--no-adaptive")
+    assert settings["adaptive"] is False and settings["k"] == 4
+    assert not any(s["adaptive"] for s in steps) and steps[0]["k"] == 4
+
+
+def test_config_adaptive_false_is_fixed(tmp_path, smol_path):
+    settings, steps = run_json("--config", write(tmp_path, "[speculative]\nadaptive = false\n"))
+    assert settings["adaptive"] is False and settings["k"] == 4
+    assert not any(s["adaptive"] for s in steps)
+
+
+# --- how K and adaptive combine, file and flags (no model needed) -----------------------
+
+
+class Flags:
+    def __init__(self, **given):
+        self.__dict__.update(given)
+
+
+@pytest.mark.parametrize("text, adaptive, k", [
+    ("[speculative]\nk = 5\n", False, 5),  # a K alone is that K, fixed, as --k alone is
+    ("[speculative]\nk = 5\nadaptive = true\n", True, 5),  # adaptive, starting at 5
+    ("[speculative]\nadaptive = false\n", False, 4),
+    ("[speculative]\nk_max = 8\n", True, 4),  # other keys leave the default alone
+    ("[sampling]\ntemperature = 0.5\n", True, 4),
+])
+def test_config_k_and_adaptive(tmp_path, text, adaptive, k):
+    engine = load_config(write(tmp_path, text)).engine
+    assert (engine.adaptive, engine.k) == (adaptive, k)
+
+
+@pytest.mark.parametrize("file_text, flags, adaptive, k", [
+    ("", {}, True, 4),
+    ("", {"k": 3}, False, 3),
+    ("", {"k": 3, "adaptive": True}, True, 3),
+    ("", {"adaptive": False}, False, 4),
+    ("[speculative]\nadaptive = true\n", {"k": 2}, False, 2),  # the flag decides over the file
+    ("[speculative]\nk = 6\n", {"adaptive": True}, True, 6),  # the file's K, now where adaptive starts
+    ("[speculative]\nadaptive = false\n", {"temp": 0.5}, False, 4),
+])
+def test_flags_over_a_file(tmp_path, file_text, flags, adaptive, k):
+    config = load_config(write(tmp_path, file_text)) if file_text else Config()
+    engine = apply_overrides(config, Flags(**flags)).engine
+    assert (engine.adaptive, engine.k) == (adaptive, k)
+
+
+# --- bad values: still one line, exit 2 --------------------------------------------------
+
+
+def test_bad_k_is_one_line():
+    assert_usage_error(specdash("run", "--k", "99", "--prompt", "x"), "--k 99", "0..64")
+    assert_usage_error(specdash("run", "--k", "99", "--adaptive", "--prompt", "x"), "--k 99", "0..64")
+
+
+def test_bad_adaptive_in_a_config_is_one_line(tmp_path):
+    path = write(tmp_path, '[speculative]\nadaptive = "yes"\n')
+    assert_usage_error(specdash("run", "--config", path, "--prompt", "x"),
+                       path, "[speculative] adaptive = \"yes\"", "true or false")
+
+
+def test_help_says_how_to_get_a_fixed_k():
+    proc = specdash("run", "--help")
+    text = " ".join(proc.stdout.split())
+    assert "--no-adaptive, or --k N alone, runs a fixed K (default true)" in text
+    assert "given alone it is a fixed K (adaptive off)" in text
+
+
+def test_draft_none_does_not_measure_costs_until_a_drafter_comes(smol_path):
+    """Adaptive is on by default with --draft none too: nothing can be drafted, so the
+    seconds of batch-cost measurement are skipped, and paid only when a drafter is
+    swapped in, before its first step."""
+    proc = specdash("run", "--target", "smollm2-135m", "--draft", "none", "--threads", "2", "--max-tokens", "24",
+                    "--json", *PROMPT, "--at", "4:draft=lookup")
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    swap = next(i for i, e in enumerate(events) if e["event"] == "settings" and e.get("command") == "draft=lookup")
+    measured = [i for i, e in enumerate(events) if e["event"] == "notice" and "measured target batch costs" in e["message"]]
+    assert events[0]["adaptive"] is True
+    assert len(measured) == 1 and measured[0] > swap, (swap, measured)
+    steps_after = [e for e in events[measured[0]:] if e["event"] == "step"]
+    assert steps_after and all(s["adaptive"] for s in steps_after)
+
+
+# --- the first screen -------------------------------------------------------------------
+
+
+def test_the_first_screen_says_k_is_adaptive(smol_path, tmp_path):
+    """The dashboard as `specdash --target ... --draft lookup` builds it (flags through the
+    same parser and config merge), at 80x24: the engine runs adaptive K and the status
+    line and the K panel say so."""
+    from test_tui_support import FixedSampler, sync
+
+    from specdash.cli import build_parser
+    from specdash.commands.common import load_settings
+    from specdash.events import StepEvent
+    from specdash.session import Session
+    from specdash.tui.app import DashboardOptions, SpecdashApp
+
+    args = build_parser().parse_args(["--target", str(smol_path), "--draft", "lookup", "--threads", "2",
+                                      "--config", write(tmp_path, "")])
+    settings = load_settings(args).engine
+    assert settings.adaptive
+    sessions: list[Session] = []
+    seen: list = []
+
+    def factory(s, progress):
+        sessions.append(Session(s, progress=progress))
+        return sessions[-1]
+
+    opts = DashboardOptions(settings=settings, prompt=PROMPT[1], screenshots_dir=str(tmp_path / "shots"), refresh=0.2)
+    app = SpecdashApp(opts, session_factory=factory, sampler=FixedSampler(), hints=lambda: [], flush_interval=0.1)
+
+    @sync
+    async def drive():
+        async with app.run_test(size=(80, 24)) as pilot:
+            for _ in range(3000):  # a liveness bound on a loaded machine, not a timing check
+                step = app.state.stats.last_step
+                if step is not None:
+                    break
+                await pilot.pause(0.05)
+            assert isinstance(step, StepEvent) and step.adaptive
+
+            def screen() -> tuple[str, str]:
+                titles = " ".join(str(w.border_title) for w in app.query("*") if getattr(w, "border_title", None))
+                return str(app.query_one("#status").render()), titles
+
+            for _ in range(200):  # the panels redraw on the refresh tick
+                if "(adaptive)" in screen()[1]:
+                    break
+                await pilot.pause(0.05)
+            seen.extend(screen())
+
+    drive()
+    status, titles = seen
+    assert " adaptive " in status, status
+    assert "(adaptive)" in titles, titles
