@@ -49,7 +49,7 @@ HELD_OUT = {
                        "function:\ndef f(xs):\n    tmp = 0\n    for x in xs:\n        tmp = tmp + x * x\n"
                        "    if tmp > 100:\n        tmp = tmp - 100\n    return tmp\n",
 }
-DEFAULT_PROMPTS = ("code-edit", "summary", "held-out-sql", "held-out-bash", "held-out-poem", "held-out-rename")
+DEFAULT_PROMPTS = ("code-edit", "summarization", "held-out-sql", "held-out-bash", "held-out-poem", "held-out-rename")
 
 
 def prompt_text(name: str) -> str:
@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "whatif-accuracy.txt"))
     args = ap.parse_args(argv)
     ks = [int(k) for k in args.ks.split(",")]
+    texts = {name: prompt_text(name) for name in args.prompts.split(",")}  # a bad name fails before any run
     base = EngineSettings(target=args.target, draft=args.draft, threads=args.threads, ctx=2048,
                           max_tokens=args.tokens)
     lines: list[str] = []
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     errors: list[float] = []
     ratio_errors: list[float] = []
     for name in args.prompts.split(","):
-        prompt = prompt_text(name)
+        prompt = texts[name]
         pred, ctx = predict(base, prompt, args.draft, ks)
         plain_pred = pred[("none", 0)][0]
         for drafter in ("lookup", args.draft):
