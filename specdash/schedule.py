@@ -9,8 +9,8 @@ them before step STEP + 1 and reports each in a SettingsEvent whose `command` is
 command's text (or a warning notice "COMMAND refused: ...; kept ..."). A bare `pause` is
 refused: the engine blocks while paused and nothing in a schedule could resume it.
 Commands sent after the run's last step are never applied (`Schedule.unapplied`).
-Under adaptive K (the default) `k=N` does not fix K: the run starts with `--k N`, or the
-line says `k=N adaptive=off`.
+`k=N` fixes K as `--k N` does: under adaptive K (the default) it turns adaptive off (the
+engine says so in a notice); `k=N adaptive=on` keeps adaptive, starting from K=N.
 
 Example:
 

@@ -160,6 +160,32 @@ def test_draft_none_does_not_measure_costs_until_a_drafter_comes(smol_path):
     assert steps_after and all(s["adaptive"] for s in steps_after)
 
 
+def events_of(*args: str) -> list[dict]:
+    proc = specdash("run", *SMALL, *PROMPT, "--max-tokens", "40", *args)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def test_a_k_command_under_adaptive_fixes_k_and_says_so(smol_path):
+    """A K key or a scheduled k=N under adaptive K (the default) fixes K, as --k N does:
+    otherwise the controller would go on choosing and the key would change nothing."""
+    events = events_of("--at", "3:k=2")
+    swap = next(i for i, e in enumerate(events) if e["event"] == "settings" and e.get("command") == "k=2")
+    assert events[0]["adaptive"] is True and events[swap]["adaptive"] is False and events[swap]["k"] == 2
+    notes = [e["message"] for e in events[:swap] if e["event"] == "notice"]
+    assert any("k=2 fixes K: adaptive K is off" in m for m in notes), notes
+    after = [e for e in events[swap:] if e["event"] == "step"]
+    assert after and not any(s["adaptive"] for s in after) and all(s["k"] <= 2 for s in after)
+
+
+def test_k_then_adaptive_on_keeps_adaptive_from_that_k(smol_path):
+    events = events_of("--at", "3:k=2 adaptive=on")
+    last = [e for e in events if e["event"] == "settings" and e.get("command")][-1]
+    assert last["command"] == "adaptive=on" and last["adaptive"] is True and last["k"] == 2
+    after = [e for e in events[events.index(last):] if e["event"] == "step"]
+    assert after and all(s["adaptive"] for s in after)
+
+
 # --- the first screen -------------------------------------------------------------------
 
 
@@ -209,7 +235,20 @@ def test_the_first_screen_says_k_is_adaptive(smol_path, tmp_path):
                 await pilot.pause(0.05)
             seen.extend(screen())
 
+            # + under adaptive fixes K one up from the K on screen (the engine turns adaptive off).
+            # (A step may land between reading the screen and the key: any K shown counts.)
+            shown = {app.state.k_in_force()}
+            app.add_listener(lambda ev: shown.add(ev.k) if isinstance(ev, StepEvent) else None)
+            await pilot.press("plus")
+            for _ in range(3000):
+                st = app.state.settings
+                if st is not None and not st.adaptive:
+                    break
+                await pilot.pause(0.05)
+            seen.append((shown, app.state.settings))
+
     drive()
-    status, titles = seen
+    status, titles, (shown, after) = seen
     assert " adaptive " in status, status
     assert "(adaptive)" in titles, titles
+    assert not after.adaptive and after.k - 1 in shown, (after, shown)

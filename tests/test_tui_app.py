@@ -283,15 +283,20 @@ async def test_bundled_themes_are_registered_and_switchable(tmp_path):
 
 
 @sync
-async def test_k_keys_under_adaptive_say_why_they_do_nothing(tmp_path):
+async def test_k_keys_under_adaptive_fix_k_one_from_the_k_on_screen(tmp_path):
+    """Under adaptive K the K on screen is the controller's last choice: + asks for one
+    more than that (the engine then fixes K, tests/test_adaptive_default.py), not one more
+    than the starting K, and nothing refuses the key."""
     app, sessions, notes = recording_app(tmp_path)
     async with app.run_test(size=(100, 30)) as pilot:
         await replayed(pilot)
-        app.stats.feed(dataclasses.replace(app.stats.settings, adaptive=True))
+        app.stats.feed(dataclasses.replace(app.stats.settings, adaptive=True, k=9))
+        shown = app.state.k_in_force()
+        assert shown is not None and shown != 9
         await pilot.press("plus")
         await pilot.pause()
-        assert not any(isinstance(c, C.SetK) for c in sessions[0].sent)
-        assert any("adaptive K is on" in msg for _, msg in notes)
+        assert [c for c in sessions[0].sent if isinstance(c, C.SetK)] == [C.SetK(shown + 1)]
+        assert not any("adaptive" in msg for _, msg in notes), notes
 
 
 @sync

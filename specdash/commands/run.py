@@ -24,8 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog="Schedules: lines of `STEP: COMMAND ...`, e.g. `10: k=8` or `25: draft=suffix pause=2s`; "
         f"commands: {SCHEDULE_SYNTAX}. Commands are sent after step STEP and apply before the next; "
         "with --json each applied command shows as a settings line whose `command` is its text, and "
-        "each refused one as a warning notice. # starts a comment. Under adaptive K (the default) "
-        "k=N does not fix K: run with --k N, or write `k=N adaptive=off`.",
+        "each refused one as a warning notice. # starts a comment. k=N fixes K as --k N does "
+        "(under adaptive K, the default, it turns adaptive off); `k=N adaptive=on` keeps adaptive from K=N.",
     )
     add_engine_arguments(p)
     add_prompt_arguments(p, required=True)

@@ -155,7 +155,13 @@ class Engine:
         try:
             match cmd:
                 case E.SetK(k):
-                    self.settings = s.replace(k=k)
+                    # An explicit K fixes K, as `--k N` does: under adaptive K (the
+                    # default) a K key or a scheduled k=N would otherwise change nothing
+                    # the operator can see. SetAdaptive(True) after it starts from K.
+                    self.settings = s.replace(k=k, adaptive=False)
+                    if s.adaptive:
+                        yield NoticeEvent("info", f"k={k} fixes K: adaptive K is off (a, or adaptive=on, "
+                                                  f"turns it back on, starting from K={k})", t=E.now())
                 case E.SetDrafter(spec):
                     if self._make_drafter is None:
                         raise SpecdashError("this engine cannot swap drafters")

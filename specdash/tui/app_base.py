@@ -455,6 +455,12 @@ class DashboardBase(App[int]):
         if self._k_request is not None:
             return self._k_request
         st = self.state.settings
+        if st is not None and st.adaptive:
+            # The K on screen is the controller's: + and - fix K one step from it (the
+            # engine turns adaptive off on an explicit K), not from the starting K.
+            k_now = self.state.k_in_force()
+            if k_now is not None:
+                return k_now
         if st is not None and st.k is not None:
             return st.k
         return self.options.settings.k if self.options.settings else 0

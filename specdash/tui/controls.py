@@ -87,8 +87,6 @@ def why_unavailable(action: str, state: DashState, declared: Collection[str] = (
     if c.needs_source and not state.alive:
         return {"loading": "the engine is loading", "down": "the server is down"}.get(
             state.state, "the engine is not running")
-    if action in ("k_up", "k_down") and st is not None and st.adaptive:
-        return "adaptive K is on (press a to fix K)"
     return ""
 
 
@@ -107,4 +105,4 @@ def footer_state(action: str, state: DashState, declared: Collection[str] = ()) 
         return False
     if c.needs_source and not state.alive:
         return None  # dimmed while loading
-    return True  # other refusals (K under adaptive) are explained when pressed
+    return True
