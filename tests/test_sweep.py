@@ -82,20 +82,32 @@ def test_headless_sweep_on_the_real_model_drives_k_through_commands(tmp_path, sm
     assert [line.split("K=")[1].split()[0] for line in proc.stderr.splitlines() if "K=" in line] == ["0", "3", "24"]
 
 
+def real_sweep_app(tmp_path, settings, prompt: str, ks: tuple[int, ...]) -> SpecdashApp:
+    """The dashboard on a real Session, set to sweep `ks` for one 12-token round each."""
+    from specdash.session import Session
+
+    opts = DashboardOptions(settings=settings, prompt=prompt, sweep_ks=ks, sweep_rounds=1, sweep_tokens=12,
+                            screenshots_dir=str(tmp_path))
+    return SpecdashApp(opts, session_factory=lambda s, p: Session(s, p), sampler=FixedSampler(), hints=lambda: [])
+
+
+async def running(pilot) -> None:
+    """Until the engine has taken a couple of steps of its prompt (a liveness bound)."""
+    app = pilot.app
+    for _ in range(3000):
+        if app.state.prompt_text and app.state.stats.total.steps >= 2:
+            return
+        await pilot.pause(0.05)
+
+
 @sync
 async def test_the_sweep_view_on_the_real_engine_ends_on_the_settings_it_started_from(tmp_path, smol_path):
     from specdash.engine.settings import EngineSettings
-    from specdash.session import Session
 
     settings = EngineSettings(adaptive=False, target=str(smol_path), draft="lookup", k=5, threads=2, ctx=1024, max_tokens=400)
-    opts = DashboardOptions(settings=settings, prompt="Write the numbers from 1 to 300, separated by commas.",
-                            sweep_ks=(0, 2, 6), sweep_rounds=1, sweep_tokens=12, screenshots_dir=str(tmp_path))
-    app = SpecdashApp(opts, session_factory=lambda s, p: Session(s, p), sampler=FixedSampler(), hints=lambda: [])
+    app = real_sweep_app(tmp_path, settings, "Write the numbers from 1 to 300, separated by commas.", (0, 2, 6))
     async with app.run_test(size=(120, 40)) as pilot:
-        for _ in range(3000):
-            if app.state.prompt_text and app.state.stats.total.steps >= 2:
-                break
-            await pilot.pause(0.05)
+        await running(pilot)
         await pilot.press("k")
         await pilot.pause()
         assert isinstance(app.screen, SweepScreen)

@@ -12,12 +12,11 @@ from cli_helpers import assert_usage_error, specdash
 from specdash import events as E
 from specdash.commands.sweep import table
 from specdash.sweep import Sweep
-from specdash.tui.app import DashboardOptions, SpecdashApp
 from specdash.tui.screens.ask import AskScreen
 from specdash.tui.screens.sweep import SweepScreen
 from specdash.tui.widgets.plots import Plot
-from test_sweep import run_through, summary
-from test_tui_support import FixedSampler, sync
+from test_sweep import real_sweep_app, run_through, running, summary
+from test_tui_support import sync
 
 # The operator runs at T=0.3, K=3 fixed.
 BEFORE = E.SettingsEvent(source="engine", target="smollm2-135m", drafter="lookup", draft="lookup", k=3,
@@ -120,18 +119,12 @@ async def test_the_sweep_view_sweeps_two_temperatures_on_the_real_engine(tmp_pat
     (legend entries T=0 and T=0.7, distinct markers), a T column, and at the end the
     operator's T=0.2 and K=5 are back."""
     from specdash.engine.settings import EngineSettings, SamplingParams
-    from specdash.session import Session
 
     settings = EngineSettings(target=str(smol_path), draft="lookup", k=5, threads=2, ctx=1024, max_tokens=400,
                               raw=True, sampling=SamplingParams(temperature=0.2, seed=1))
-    opts = DashboardOptions(settings=settings, prompt=REPEATING,
-                            sweep_ks=(0, 2), sweep_rounds=1, sweep_tokens=12, screenshots_dir=str(tmp_path))
-    app = SpecdashApp(opts, session_factory=lambda s, p: Session(s, p), sampler=FixedSampler(), hints=lambda: [])
+    app = real_sweep_app(tmp_path, settings, REPEATING, (0, 2))
     async with app.run_test(size=(120, 40)) as pilot:
-        for _ in range(3000):
-            if app.state.prompt_text and app.state.stats.total.steps >= 2:
-                break
-            await pilot.pause(0.05)
+        await running(pilot)
         await pilot.press("k")
         await pilot.pause()
         assert isinstance(app.screen, SweepScreen) and app.sweep.temps == [0.2]

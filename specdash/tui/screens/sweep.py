@@ -11,6 +11,8 @@ Apply, Save); the app feeds the sweep events and sends the commands it returns.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -101,24 +103,14 @@ class SweepScreen(Screen[None]):
         top = nice_ceiling(max(highs + [1.0]) * 1.1) if highs else 1.0
         # Drawn in order, each over the last: lines and bars, the plain reference, then the
         # points on top (a line drawn later would hide another temperature's markers).
-        series: list[Series] = []
-        tps_points: list[Series] = []
-        for t in sw.temps:
-            lines, points = self._tps_series(t, sw.at(t), multi)
-            series += lines
-            tps_points += points
+        series, tps_points = self._per_temperature(self._tps_series, multi)
         if sw.plain is not None:
             series.append(Series(x_limits, (sw.plain, sw.plain), "chart-reference", label=f"plain (K=0{home})"))
         if predicted:  # simulated, not measured: points in the reference colour, no line
             series.append(Series(tuple(x for x, _ in predicted), tuple(v for _, v in predicted), "chart-reference",
                                  label="predicted (T=0)" if multi else "predicted", kind="points"))
         series += tps_points
-        acc_series: list[Series] = []
-        acc_points: list[Series] = []
-        for t in sw.temps:
-            lines, points = self._acc_series(t, sw.at(t), multi)
-            acc_series += lines
-            acc_points += points
+        acc_series, acc_points = self._per_temperature(self._acc_series, multi)
         acc_pred = sorted((float(k), a) for k, (_, a) in pred.items() if a is not None)
         if acc_pred:
             acc_series.append(Series(tuple(x for x, _ in acc_pred), tuple(a for _, a in acc_pred),
@@ -149,6 +141,18 @@ class SweepScreen(Screen[None]):
         colour, marker = style_of(self.sweep, t)
         return ([Series(xs, ys, colour)] + [Series((x, x), (lo, hi), colour) for x, _, (lo, hi) in tps],
                 [Series(xs, ys, colour, label=f"T={t:g}", kind="points", marker=marker)])
+
+    def _per_temperature(self, make: Callable[[float, list[Point], bool], tuple[list[Series], list[Series]]],
+                         multi: bool) -> tuple[list[Series], list[Series]]:
+        """(lines, points) of every temperature's series, lines first so that no line
+        drawn later hides another temperature's markers."""
+        lines: list[Series] = []
+        points: list[Series] = []
+        for t in self.sweep.temps:
+            more_lines, more_points = make(t, self.sweep.at(t), multi)
+            lines += more_lines
+            points += more_points
+        return lines, points
 
     def _acc_series(self, t: float, points: list[Point], multi: bool) -> tuple[list[Series], list[Series]]:
         acc = [(float(p.k), p.acceptance) for p in points if p.acceptance is not None]
