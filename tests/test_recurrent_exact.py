@@ -16,7 +16,6 @@ import importlib.util
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from cli_helpers import specdash
@@ -27,6 +26,7 @@ from specdash.engine.llm import LLM
 from specdash.engine.rollback import Strategy
 from specdash.engine.settings import K_CAP, EngineSettings
 from specdash.session import Session
+from test_engine_exact import plain_greedy, teacher_forced_gaps
 
 TIE_GAP = 0.5  # logits; the value of tests/test_engine_exact.py and the fuzz harness
 N_TOKENS = 96
@@ -70,31 +70,12 @@ class Fixture:
         """Greedy plain decoding, one token per forward pass, up to n tokens or the end."""
         key = tuple(prompt)
         if key not in self._plain:
-            llm = self.ref
-            llm.clear()
-            llm.prefill(prompt[:-1])
-            last, pos, out = prompt[-1], len(prompt) - 1, []
-            for _ in range(N_TOKENS):
-                tok = int(llm.decode([last], pos, logits="last")[0].argmax())
-                if llm.is_eog(tok):
-                    break
-                out.append(tok)
-                last, pos = tok, pos + 1
-            self._plain[key] = out
+            self._plain[key] = plain_greedy(self.ref, prompt, N_TOKENS)
         return self._plain[key][:n]
 
     def gaps(self, prompt: list[int], tokens: list[int]) -> list[tuple[int, float]]:
         """For each token: the target's argmax given the tokens before it, and its top-two gap."""
-        llm = self.ref
-        llm.clear()
-        llm.prefill(prompt[:-1])
-        last, pos, out = prompt[-1], len(prompt) - 1, []
-        for tok in tokens:
-            row = llm.decode([last], pos, logits="last")[0]
-            top2 = np.partition(row, -2)[-2:]
-            out.append((int(row.argmax()), float(top2[1] - top2[0])))
-            last, pos = tok, pos + 1
-        return out
+        return teacher_forced_gaps(self.ref, prompt, tokens)
 
     def close(self) -> None:
         self.session.close()
@@ -313,16 +294,10 @@ def test_a_recurrent_draft_model_takes_its_own_drafts_back(fx):
         rejected = 0
         while len(tokens) - len(fx.prompt) < len(plain) - 8:
             draft = drafter.propose(tokens, 6, greedy, None).tokens
-            fresh.clear()
-            fresh.prefill(tokens[:-1])
-            last, pos = tokens[-1], len(tokens) - 1
-            for i, tok in enumerate(draft):
-                row = fresh.decode([last], pos, logits="last")[0]
-                top2 = np.partition(row, -2)[-2:]
-                assert tok == int(row.argmax()) or top2[1] - top2[0] < TIE_GAP, (
+            for i, (tok, (top, gap)) in enumerate(zip(draft, teacher_forced_gaps(fresh, tokens, draft))):
+                assert tok == top or gap < TIE_GAP, (
                     f"{fx.name}: draft token {i} after {len(tokens)} tokens is {tok}, a fresh draft model says "
-                    f"{int(row.argmax())} (gap {top2[1] - top2[0]:.3f}): its state kept a rejected draft")
-                last, pos = tok, pos + 1
+                    f"{top} (gap {gap:.3f}): its state kept a rejected draft")
             # Commit as the target would: the draft's prefix that plain decoding agrees with, then plain's token.
             at = len(tokens) - len(fx.prompt)
             n = 0
