@@ -52,6 +52,23 @@ HELD_OUT = {
 DEFAULT_PROMPTS = ("code-edit", "summarization", "held-out-sql", "held-out-bash", "held-out-poem", "held-out-rename")
 
 
+class Report:
+    """A results table: each line printed as it comes (a long run shows progress), all of
+    them written to a file at the end. whatif_controller.py reports the same way."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, line: str) -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+
+    def write(self, out: str) -> None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text("\n".join(self.lines) + "\n", encoding="utf-8")
+        print(f"wrote {out}")
+
+
 def prompt_text(name: str) -> str:
     if name in HELD_OUT:
         return HELD_OUT[name]
@@ -117,11 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     texts = {name: prompt_text(name) for name in args.prompts.split(",")}  # a bad name fails before any run
     base = EngineSettings(target=args.target, draft=args.draft, threads=args.threads, ctx=2048,
                           max_tokens=args.tokens)
-    lines: list[str] = []
-
-    def say(line: str) -> None:
-        print(line, flush=True)
-        lines.append(line)
+    say = Report()
 
     say(f"# whatif accuracy: {args.target} + {args.draft}, {args.tokens} tokens, K={args.ks}, "
         f"{args.rounds} paired rounds, {args.threads} threads, {time.strftime('%Y-%m-%d %H:%M')}")
@@ -162,9 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"median |error| {statistics.median(errors):.1%}, max {max(errors):.1%} (tok/s); "
             f"median {statistics.median(ratio_errors):.1%}, max {max(ratio_errors):.1%} (speed-up over plain); "
             f"{len(errors)} cases")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    say.write(args.out)
     return 0
 
 

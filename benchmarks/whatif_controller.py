@@ -24,13 +24,14 @@ import time
 from pathlib import Path
 
 from specdash.engine.controller import CostModelController
+from specdash.engine.drafters.base import NoDrafter
 from specdash.engine.settings import EngineSettings
 from specdash.prompts import BUILTIN
 from specdash.whatif.profile import BUILTIN as PROFILES
 from specdash.whatif.profile import load_profile
-from specdash.engine.drafters.base import NoDrafter
 from specdash.whatif.simulate import SimResult, make_drafter, simulate, sweep
 from specdash.whatif.transcript import from_prompt
+from whatif_accuracy import Report  # benchmarks/ is sys.path[0] when this runs
 
 ROOT = Path(__file__).resolve().parent.parent
 # A mixed text: prose around code, where no fixed K is right throughout.
@@ -89,11 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.cache, "rb") as f:
             cached = pickle.load(f)
     profiles = [load_profile(p) for p in args.profiles.split(",")]
-    lines: list[str] = []
-
-    def say(line: str) -> None:
-        print(line, flush=True)
-        lines.append(line)
+    say = Report()
 
     say(f"# adaptive K vs the oracle (whatif): {args.target} + {args.draft}, {args.tokens} tokens, "
         f"K=1..32 fixed, adaptive k_max={args.k_max}, {time.strftime('%Y-%m-%d %H:%M')}")
@@ -134,9 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{sum(r >= 0.95 for r in ratios)}/{len(ratios)} at >= 0.95")
     say(f"adaptive / cross-validated fixed K: median {statistics.median(cv_ratios):.3f}, min {min(cv_ratios):.3f}, "
         f"{sum(r >= 0.95 for r in cv_ratios)}/{len(cv_ratios)} at >= 0.95")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    say.write(args.out)
     return 0
 
 
