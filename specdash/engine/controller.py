@@ -392,7 +392,7 @@ class CostModelController:
         if cached is not None:
             return cached
         a = self.alpha(content)
-        s, n = self._acc.get(content, (0.0, 0.0))
+        n = self._acc.get(content, (0.0, 0.0))[1]
         w = n + self.prior_weight  # the weight alpha() gives this label's estimate
         big_a, big_b = max(a * w, 1e-6), max((1.0 - a) * w, 1e-6)
         hazard = [0.0] * (self.k_max + 2)
