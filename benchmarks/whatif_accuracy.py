@@ -46,7 +46,7 @@ from specdash.session import Session
 from specdash.whatif.measure import measure_here
 from specdash.whatif.profile import Profile
 from specdash.whatif.simulate import make_drafter, simulate
-from specdash.whatif.transcript import Transcript, _finish, from_prompt
+from specdash.whatif.transcript import Transcript, from_prompt, over_text
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,7 +124,7 @@ class OwnText:
         if key not in self._sims:
             tr = self._texts.get((ids, stop))
             if tr is None:
-                tr = _finish(self.session.target, list(self.tr.prompt), list(ids), stop, self.base,
+                tr = over_text(self.session.target, list(self.tr.prompt), list(ids), stop, self.base,
                              lambda s: None, self.draft_llm, self.model)
                 tr.draft_relative_cost = self.tr.draft_relative_cost
                 self._texts[(ids, stop)] = tr

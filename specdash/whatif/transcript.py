@@ -134,7 +134,7 @@ def from_prompt(settings: EngineSettings, prompt: str, model: str | None, say: S
                 summary = ev
         assert summary is not None
         text = [t for s in steps for t in s.tokens]
-        tr = _finish(session.target, tokens, text, summary.stop_reason, settings, say, draft_llm, model)
+        tr = over_text(session.target, tokens, text, summary.stop_reason, settings, say, draft_llm, model)
         tr.plain = _plain_stats(steps, summary)
         tr.draft_relative_cost = rel
         tr.prompt_text = session.target.detokenize(tokens)
@@ -155,8 +155,11 @@ def _draft_model(session: Any, model: str | None, say: Say) -> tuple[LLM | None,
     return inner.llm, inner.relative_cost
 
 
-def _finish(target: LLM, prompt: list[int], text: list[int], stop: str, settings: EngineSettings, say: Say,
-            draft_llm: LLM | None, model: str | None) -> Transcript:
+def over_text(target: LLM, prompt: list[int], text: list[int], stop: str, settings: EngineSettings, say: Say,
+              draft_llm: LLM | None, model: str | None) -> Transcript:
+    """The transcript of a known generated text (`text`: token ids, no end token; `stop`:
+    how it ended), target and draft model teacher-forced over it. Also used to judge a
+    prediction on the text a real speculative run produced (benchmarks/whatif_accuracy.py)."""
     say(f"teacher-forcing the target over {len(text)} tokens (near-ties)")
     tf = teacher_force(target, prompt, text)
     seq = list(text)
@@ -224,7 +227,7 @@ def from_recording(path: str, settings: EngineSettings, given: set[str], model: 
             raise SpecdashError(f"--recording {path}: its prompt was {n_prefill + 1} tokens, this target "
                                 f"makes {len(tokens)}: record and replay with the same target and --raw")
         text = [t for s in steps for t in s.tokens]
-        tr = _finish(session.target, tokens, text, summary.stop_reason, plain, say, draft_llm, model)
+        tr = over_text(session.target, tokens, text, summary.stop_reason, plain, say, draft_llm, model)
         tr.plain = _plain_stats(steps, summary)
         tr.draft_relative_cost = rel
         return tr, (session, draft_llm)
