@@ -140,3 +140,63 @@ def test_attach_in_tmux_as_a_person_would(server: LlamaServer, tmp_path):
         stop.set()
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
         worker.join(60)
+
+
+# --- a restart builds a new source (a closed one cannot start again) ---
+
+
+async def down_then_new_prompt(pilot, app, server: LlamaServer, prompt: str) -> None:
+    """Kill the server, wait for the dashboard to say so, type `prompt` with `n` (the
+    source is not alive: that restarts it), then start the server again."""
+    await until(pilot, lambda: app.state.state == "running", "connected")
+    server.stop()
+    await until(pilot, lambda: app.state.state == "down", "down")
+    await pilot.press("n")
+    await pilot.press(*prompt)
+    await pilot.press("enter")
+    await pilot.pause(0.3)
+    server.start()
+
+
+@sync
+async def test_a_new_prompt_while_the_server_is_down_restarts_the_source(server: LlamaServer):
+    """It restarted the closed source: RemoteSource.start raised (its poller thread had run)
+    and the dashboard died. Now a new source connects and drives the typed prompt."""
+    from specdash.cli import build_parser
+    from specdash.commands import attach
+
+    args = build_parser().parse_args(["attach", server.url, "--interval", "0.3", "--max-tokens", "8"])
+    app = attach.dashboard_app(attach.build_sources(args, with_prompt=True), args)
+    first = None
+    try:
+        async with app.run_test(size=(120, 36)) as pilot:
+            first = app.source
+            await down_then_new_prompt(pilot, app, server, "Hello")
+            assert app.source is not first
+            await until(pilot, lambda: app.state.state in ("running", "idle") and app.state.prompt_title == "Hello",
+                        "the typed prompt on the restarted server")
+    finally:
+        if server.proc is None:
+            server.start()
+
+
+@sync
+async def test_fleet_a_new_prompt_while_the_server_is_down_restarts_the_fleet(server: LlamaServer):
+    """The same for the fleet: its factory returned the closed fleet, whose sources cannot
+    start again. Now every row polls again, and the focused server takes the prompt."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    app = FleetDashboard([RemoteSource(server.url, interval=0.3, max_tokens=8), RemoteSource(dead, interval=0.3)])
+    try:
+        async with app.run_test(size=(140, 40)) as pilot:
+            await until(pilot, lambda: server.url in app.fleet.servers and app.fleet.servers[server.url].state == "up",
+                        "the live row")
+            app.fleet.table.move_cursor(row=app.fleet.order.index(server.url))
+            await pilot.press("enter")
+            first = app.fleet_source
+            await down_then_new_prompt(pilot, app, server, "Hello")
+            assert app.fleet_source is not first and app.fleet_source.focus == server.url
+            await until(pilot, lambda: app.fleet.servers[server.url].state == "up", "the row up again")
+            await until(pilot, lambda: app.state.prompt_title == "Hello", "the typed prompt on the focused server")
+    finally:
+        if server.proc is None:
+            server.start()

@@ -386,3 +386,46 @@ def test_the_charts_never_receive_a_non_finite_value(tmp_path):
                                       num_accepted_tokens=4, num_accepted_tokens_per_pos=[3, 1], k=3, t=120.0))
     rec = Recording(path, good.header, events)
     _replay_dashboard(ReplaySource(path, recording=rec), tmp_path)
+
+
+def test_r_after_a_recorded_error_plays_the_recording_again(tmp_path):
+    """A recorded engine error is "error" on screen until the next position tick, and `r`
+    is offered. It restarted the closed source: nothing played again, and seeks did
+    nothing. Now a new source plays it from the start, counting nothing twice."""
+    import asyncio
+
+    from specdash.commands.replay import replay_factory
+    from specdash.tui.app import DashboardOptions, SpecdashApp
+
+    path = tmp_path / "crashed.jsonl"
+    rec = Recorder(path)
+    rec(E.SettingsEvent(source="engine", target="t", drafter="lookup", draft="lookup", k=4, target_path="/m/t.gguf",
+                        t=100.0))
+    for i in range(1, 4):
+        rec(E.StepEvent(i, 4, "lookup", 4, 2, [1, 2, 3], ["a", "b", "c"], [True, True, False], 1.0, 2.0, 0.1,
+                        i * 3, i * 3, 100.0 + i * 0.1))
+    rec(E.StatusEvent("error", "engine thread died", t=100.5))
+    rec(E.NoticeEvent("info", "the dashboard stayed open", t=160.0))  # the replay waits here
+    rec.close()
+
+    async def drive() -> None:
+        # 0.5x: the error stays on screen for 2 s, until the next position tick
+        app = SpecdashApp(DashboardOptions(), source_factory=replay_factory(read_recording(path), 0.5),
+                          local_telemetry=False, hints=lambda: [])
+        async with app.run_test(size=(100, 30)) as pilot:
+            async def until(cond, what):
+                for _ in range(500):
+                    if cond():
+                        return
+                    await pilot.pause(0.02)
+                raise AssertionError(f"never happened: {what}")
+
+            await until(lambda: app.state.state == "error", "the recorded error")
+            first = app.source
+            await pilot.press("r")
+            await until(lambda: app.source is not first and app.state.replay is not None
+                        and app.state.replay.position == 0.0, "a rewind to the start")
+            await until(lambda: app.state.state == "error", "the recording played again")
+            assert app.state.stats.total.steps == 3
+
+    asyncio.run(drive())

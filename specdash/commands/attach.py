@@ -248,18 +248,31 @@ def drive_json(source: Any, args: argparse.Namespace) -> int:
 
 
 def open_dashboard(sources: list[Any], args: argparse.Namespace) -> int:
+    app = dashboard_app(sources, args)
+    app.run()
+    return app.return_code or 0
+
+
+def dashboard_app(sources: list[Any], args: argparse.Namespace) -> Any:
     """The dashboard on `sources` (RemoteSources, not started). One server: its panels,
     the same as the embedded engine's. Several: the fleet table; Enter opens a server's
     panels, Esc comes back. `--record FILE` records what the dashboard receives."""
     from specdash.tui.app import DashboardOptions, SpecdashApp
+    from specdash.tui.app_base import first_then_new
     from specdash.tui.fleet_app import FleetDashboard
 
     shots = getattr(args, "screenshots", None) or "~/specdash-screenshots"
     app: SpecdashApp
     if len(sources) == 1:
         (source,) = sources
+
+        def again(prompts: Any) -> Any:
+            # `n` while the server is down restarts the source: a new one, with the prompt typed.
+            item = prompts.pop_nowait()
+            return source.again(item.text, item.title) if item else source.again()
+
         app = SpecdashApp(DashboardOptions(screenshots_dir=shots),
-                          source_factory=lambda settings, prompts: source, local_telemetry=False)
+                          source_factory=first_then_new(source, again), local_telemetry=False)
     else:
         app = FleetDashboard(sources, screenshots_dir=shots)
     if getattr(args, "record", None):
@@ -268,5 +281,4 @@ def open_dashboard(sources: list[Any], args: argparse.Namespace) -> int:
         recorder = Recorder(args.record, extra={"command": "attach", "urls": [s.url for s in sources]})
         app.add_listener(recorder)
         app.on_exit_callbacks.append(recorder.close)
-    app.run()
-    return app.return_code or 0
+    return app

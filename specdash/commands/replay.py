@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from specdash.errors import SpecdashError
+
+if TYPE_CHECKING:
+    from specdash.recording import Recording
+    from specdash.tui.app_base import SourceFactory
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,15 +51,23 @@ def run(args: argparse.Namespace) -> int:
 
         CompareApp(recordings[0], recordings[1], theme=theme, screenshots_dir=shots).run()
         return 0
-    from specdash.sources.replay import ReplaySource
     from specdash.tui.app import DashboardOptions, SpecdashApp
 
-    rec = recordings[0]
-    source = ReplaySource(rec.path, speed=args.speed, recording=rec)
     options = DashboardOptions(theme=theme, screenshots_dir=shots)
-    app = SpecdashApp(options, source_factory=lambda settings, prompts: source, local_telemetry=False)
+    app = SpecdashApp(options, source_factory=replay_factory(recordings[0], args.speed), local_telemetry=False)
     app.run()
     return app.return_code or 0
+
+
+def replay_factory(rec: Recording, speed: float) -> SourceFactory:
+    """The recording as a source; `r` after a recorded error plays it again from the start,
+    in a new source (the closed one cannot play again) that begins with a rewind (the
+    dashboard still holds what the last one showed)."""
+    from specdash.sources.replay import ReplaySource
+    from specdash.tui.app_base import first_then_new
+
+    return first_then_new(ReplaySource(rec.path, speed=speed, recording=rec),
+                          lambda prompts: ReplaySource(rec.path, speed=speed, recording=rec, rewind=True))
 
 
 def summary(rec) -> str:

@@ -162,6 +162,7 @@ class Client:
             auth = httpx.BasicAuth(self.url.username, self.url.password or "")
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
+        self._headers, self._transport = headers, transport  # for again()
         self._http = httpx.Client(
             base_url=self.url.base, headers=headers, auth=auth, follow_redirects=True,
             timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
@@ -174,6 +175,11 @@ class Client:
 
     def close(self) -> None:
         self._http.close()
+
+    def again(self) -> Client:
+        """A new client to the same server, headers and timeouts (this one may be closed)."""
+        return Client(self.url, self._headers, connect_timeout=self.connect_timeout,
+                      read_timeout=self.read_timeout, transport=self._transport)
 
     # --- errors ---
 

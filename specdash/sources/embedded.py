@@ -121,6 +121,15 @@ class PromptQueue:
                     return COMMANDS
                 self._cond.wait()
 
+    def pop_nowait(self) -> WorkItem | None:
+        """The next prompt if one waits, else None: for a source that takes its prompt
+        when built (a server's, restarted by `n` with the prompt typed)."""
+        with self._cond:  # an RLock: next() inside returns at once, nothing to wait for
+            if self._closed or not (self._typed or self._workload):
+                return None
+            item = self.next()
+        return item if isinstance(item, WorkItem) else None
+
     def would_block(self) -> bool:
         with self._cond:
             return not (self._closed or self._typed or self._workload)

@@ -205,6 +205,7 @@ class RemoteSource:
         self.url = self.client.display
         self.interval = interval
         self.max_tokens = max_tokens
+        self._window = window  # for again()
         self.watch = ServerWatch(self.client, window=window)
         self.poller = Poller(self.watch, self._on_poll, interval=interval)
         self._emit: Callable[[Event], None] | None = None
@@ -265,6 +266,13 @@ class RemoteSource:
             pass
 
     # --- for the dashboard and the CLI ---
+
+    def again(self, prompt: str | None = None, prompt_title: str = "") -> RemoteSource:
+        """A new source, not started, for the same server with the same options: the
+        dashboard restarts a source by closing it and building another (`n` after the
+        server went down), and a closed one cannot start again (its poller has run)."""
+        return RemoteSource(self.url, client=self.client.again(), interval=self.interval, window=self._window,
+                            prompt=prompt, prompt_title=prompt_title, max_tokens=self.max_tokens)
 
     @property
     def server(self) -> E.ServerEvent:

@@ -43,9 +43,11 @@ class ReplaySource:
     supports: frozenset[str] = frozenset(SUPPORTS)
 
     def __init__(self, path: str | Path, *, speed: float = 1.0, recording: Recording | None = None,
-                 sleep: Callable[[threading.Event, float], bool] | None = None):
+                 sleep: Callable[[threading.Event, float], bool] | None = None, rewind: bool = False):
         """`sleep(stop_event, seconds)` waits and returns True if woken early (tests pass
-        an instant one)."""
+        an instant one). `rewind`: the first event is a rewind, for a dashboard that
+        restarts the replay (`r`) and still holds the state of the one before."""
+        self._rewind_first = rewind
         self.recording = recording or read_recording(path)
         self.label = str(self.recording.path)
         self.thread: threading.Thread | None = None
@@ -132,7 +134,7 @@ class ReplaySource:
         return ev.t - self._t0 if ev.t else self._position
 
     def _body(self) -> None:
-        self._emit(self._position_event())
+        self._emit(self._position_event(rewind=self._rewind_first))
         if self.recording.problem:
             self._emit(E.NoticeEvent("warning", f"{self.label}: {self.recording.problem}; "
                                      f"replaying the {len(self._events)} events before it", t=E.now()))

@@ -65,6 +65,20 @@ TEMPERATURE = LIMIT["temperature"]
 SourceFactory = Callable[[EngineSettings | None, PromptQueue], Source]
 
 
+def first_then_new(first: Source, new: Callable[[PromptQueue], Source]) -> SourceFactory:
+    """A factory for a command that builds its source before the dashboard starts (attach
+    checks the URL there, in one line): `first` on the first call, `new(prompts)` on each
+    later one. A later call is a restart (`r` after an error, `n` after the source
+    stopped): `_start_source` has closed the source before it, and a closed source cannot
+    start again."""
+    unused = [first]
+
+    def factory(settings: EngineSettings | None, prompts: PromptQueue) -> Source:
+        return unused.pop() if unused else new(prompts)
+
+    return factory
+
+
 def command_bindings() -> list[Binding]:
     """The command registry's keys as bindings, in its order. Keys with one footer group
     share an entry (K: "+ - K") to leave room for the rest at 80 columns."""

@@ -18,8 +18,10 @@ from textual.binding import Binding
 from specdash import events as E
 from specdash.events import Event
 from specdash.sources.base import Preset
+from specdash.sources.embedded import PromptQueue, WorkItem
 from specdash.sources.remote import RemoteSource
 from specdash.tui.app import SpecdashApp
+from specdash.tui.app_base import first_then_new
 from specdash.tui.controls import control
 from specdash.tui.reducer import DashState
 from specdash.tui.screens.fleet import FleetScreen
@@ -72,6 +74,15 @@ class FleetSource:
         for source in self.sources.values():
             source.close()
 
+    def again(self, prompt: WorkItem | None = None) -> FleetSource:
+        """The same servers in new sources, not started (closed ones cannot start again),
+        the same one in focus, with the history so far; `prompt` goes to the one in focus."""
+        fleet = FleetSource([
+            s.again(prompt.text, prompt.title) if prompt and url == self.focus else s.again()
+            for url, s in self.sources.items()])
+        fleet.focus, fleet._history = self.focus, self._history
+        return fleet
+
 
 class FleetDashboard(SpecdashApp):
     BINDINGS = [Binding("escape", "fleet", "fleet", id="fleet.back")]
@@ -82,7 +93,12 @@ class FleetDashboard(SpecdashApp):
         self.fleet_source = FleetSource(sources)
         self.fleet = FleetScreen()
         super().__init__(DashboardOptions(**kwargs),  # type: ignore[arg-type]
-                         source_factory=lambda settings, prompts: self.fleet_source, local_telemetry=False)
+                         source_factory=first_then_new(self.fleet_source, self._new_fleet), local_telemetry=False)
+
+    def _new_fleet(self, prompts: PromptQueue) -> FleetSource:
+        """A restart (`n` while the server in focus is down) closed the fleet: a new one."""
+        self.fleet_source = self.fleet_source.again(prompts.pop_nowait())
+        return self.fleet_source
 
     # On the fleet table no one server is in focus: its keys are the table's (sort, Enter,
     # q), a server's keys wait until Enter opens one, and pressing one says so.
