@@ -265,14 +265,9 @@ def dashboard_app(sources: list[Any], args: argparse.Namespace) -> Any:
     app: SpecdashApp
     if len(sources) == 1:
         (source,) = sources
-
-        def again(prompts: Any) -> Any:
-            # `n` while the server is down restarts the source: a new one, with the prompt typed.
-            item = prompts.pop_nowait()
-            return source.again(item.text, item.title) if item else source.again()
-
-        app = SpecdashApp(DashboardOptions(screenshots_dir=shots),
-                          source_factory=first_then_new(source, again), local_telemetry=False)
+        # `n` while the server is down restarts the source: a new one, with the prompt typed.
+        app = SpecdashApp(DashboardOptions(screenshots_dir=shots), local_telemetry=False,
+                          source_factory=first_then_new(source, lambda prompts: source.again(prompts.pop_nowait())))
     else:
         app = FleetDashboard(sources, screenshots_dir=shots)
     if getattr(args, "record", None):

@@ -41,6 +41,7 @@ from specdash.remote.poller import (DEFAULT_INTERVAL, DEFAULT_WINDOW, Poller, Po
                                     model_status, preset_options)
 from specdash.remote.window import acceptance_rate, mean_accepted_length
 from specdash.sources.base import Preset
+from specdash.sources.embedded import WorkItem
 
 log = logging.getLogger(__name__)
 
@@ -267,12 +268,14 @@ class RemoteSource:
 
     # --- for the dashboard and the CLI ---
 
-    def again(self, prompt: str | None = None, prompt_title: str = "") -> RemoteSource:
+    def again(self, prompt: WorkItem | None = None) -> RemoteSource:
         """A new source, not started, for the same server with the same options: the
         dashboard restarts a source by closing it and building another (`n` after the
-        server went down), and a closed one cannot start again (its poller has run)."""
+        server went down), and a closed one cannot start again (its poller has run).
+        `prompt`: the one typed with `n`, if any."""
         return RemoteSource(self.url, client=self.client.again(), interval=self.interval, window=self._window,
-                            prompt=prompt, prompt_title=prompt_title, max_tokens=self.max_tokens)
+                            prompt=prompt.text if prompt else None, prompt_title=prompt.title if prompt else "",
+                            max_tokens=self.max_tokens)
 
     @property
     def server(self) -> E.ServerEvent:

@@ -78,7 +78,7 @@ class FleetSource:
         """The same servers in new sources, not started (closed ones cannot start again),
         the same one in focus, with the history so far; `prompt` goes to the one in focus."""
         fleet = FleetSource([
-            s.again(prompt.text, prompt.title) if prompt and url == self.focus else s.again()
+            s.again(prompt if url == self.focus else None)
             for url, s in self.sources.items()])
         fleet.focus, fleet._history = self.focus, self._history
         return fleet
