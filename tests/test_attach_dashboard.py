@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from conftest_remote import SPEC_ARGS, LlamaServer, free_port, need_binary
+from pilot_helpers import bounded
 from specdash.engine.settings import EngineSettings
 from specdash.sources.remote import RemoteSource
 from specdash.tui.app import DashboardOptions, SpecdashApp
@@ -47,12 +48,7 @@ def keep_busy(server: LlamaServer, stop: threading.Event) -> threading.Thread:
     return t
 
 
-async def until(pilot, condition, what: str, tries: int = 4000) -> None:  # a liveness bound
-    for _ in range(tries):
-        if condition():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"never happened: {what}")
+until = bounded(4000)
 
 
 @sync

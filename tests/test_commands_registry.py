@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from pilot_helpers import bounded
 from specdash import events as E
 from specdash.commands_registry import (COMMAND_NAMES, COMMANDS, CommandSpec, Key, parse_command, register,
                                         schedule_syntax, unregister)
@@ -80,12 +81,7 @@ def app_on(source) -> SpecdashApp:
     return app
 
 
-async def until(pilot, condition, what: str, tries: int = 400) -> None:  # a liveness bound
-    for _ in range(tries):
-        if condition():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"never happened: {what}")
+until = bounded(400)
 
 
 def test_a_registered_command_is_parsed_and_named(ping):

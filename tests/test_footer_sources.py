@@ -15,6 +15,7 @@ from pathlib import Path
 from textual.widgets._footer import FooterKey
 
 from conftest_remote import Canned, ReplayServer, as_json, free_port, text
+from pilot_helpers import bounded
 from specdash.engine.settings import EngineSettings
 from specdash.recording import Recorder
 from specdash.session import Session
@@ -43,12 +44,7 @@ def status_text(app: SpecdashApp) -> str:
     return str(app.query_one(StatusLine).render())
 
 
-async def until(pilot, condition, what: str, tries: int = 2400) -> None:  # a liveness bound
-    for _ in range(tries):
-        if condition():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"never happened: {what}")
+until = bounded(2400)
 
 
 def llama_server() -> ReplayServer:

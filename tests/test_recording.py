@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from cli_helpers import assert_usage_error, specdash
+from pilot_helpers import bounded
 from specdash import events as E
 from specdash.engine.settings import EngineSettings
 from specdash.errors import SpecdashError
@@ -17,6 +18,8 @@ from specdash.recording import Recorder, read_recording
 from specdash.session import Session
 from specdash.sources.replay import ReplaySource
 from specdash.tui.reducer import DashState
+
+until = bounded(500, pause=0.02)  # a liveness bound for the replay dashboards below
 
 PROMPT = "Write the numbers from 1 to 60, separated by commas."
 
@@ -250,27 +253,20 @@ def test_replay_keys_play_pause_speed_and_seek(tmp_path):
         app = SpecdashApp(DashboardOptions(settings=EngineSettings(), screenshots_dir=str(tmp_path / "shots")),
                           source_factory=lambda s, p: source, local_telemetry=False, hints=lambda: [])
         async with app.run_test(size=(100, 30)) as pilot:
-            async def until(cond):
-                for _ in range(500):
-                    if cond():
-                        return
-                    await pilot.pause(0.02)
-                raise AssertionError("never happened")
-
-            await until(lambda: app.state.replay is not None)
+            await until(pilot, lambda: app.state.replay is not None, "the replay's position")
             await pilot.press("right_square_bracket", "right_square_bracket")  # 1x -> 2x -> 4x
-            await until(lambda: source.speed == 4.0)
+            await until(pilot, lambda: source.speed == 4.0, "speed 4x")
             await pilot.press("space")
-            await until(lambda: app.state.replay is not None and not app.state.replay.playing)
+            await until(pilot, lambda: app.state.replay is not None and not app.state.replay.playing, "paused")
             await pilot.press("end")
-            await until(lambda: app.state.stats.total.steps == 120)
+            await until(pilot, lambda: app.state.stats.total.steps == 120, "120 steps")
             # step i was recorded i-1 s after the first: the end is at 119 s
             await pilot.press("left")  # back 10 s, to 109 s: steps 111.. are gone again
-            await until(lambda: app.state.stats.total.steps == 110)
+            await until(pilot, lambda: app.state.stats.total.steps == 110, "110 steps")
             await pilot.press("home")
-            await until(lambda: app.state.stats.total.steps == 1 and app.state.replay.position == 0)
+            await until(pilot, lambda: app.state.stats.total.steps == 1 and app.state.replay.position == 0, "back at the start")
             await pilot.press("right")
-            await until(lambda: app.state.stats.total.steps == 11)
+            await until(pilot, lambda: app.state.stats.total.steps == 11, "11 steps")
             await pilot.press("plus")  # a recording cannot change K: it says why
             await pilot.press("s")
             await pilot.pause(0.2)
@@ -413,19 +409,12 @@ def test_r_after_a_recorded_error_plays_the_recording_again(tmp_path):
         app = SpecdashApp(DashboardOptions(), source_factory=replay_factory(read_recording(path), 0.5),
                           local_telemetry=False, hints=lambda: [])
         async with app.run_test(size=(100, 30)) as pilot:
-            async def until(cond, what):
-                for _ in range(500):
-                    if cond():
-                        return
-                    await pilot.pause(0.02)
-                raise AssertionError(f"never happened: {what}")
-
-            await until(lambda: app.state.state == "error", "the recorded error")
+            await until(pilot, lambda: app.state.state == "error", "the recorded error")
             first = app.source
             await pilot.press("r")
-            await until(lambda: app.source is not first and app.state.replay is not None
+            await until(pilot, lambda: app.source is not first and app.state.replay is not None
                         and app.state.replay.position == 0.0, "a rewind to the start")
-            await until(lambda: app.state.state == "error", "the recording played again")
+            await until(pilot, lambda: app.state.state == "error", "the recording played again")
             assert app.state.stats.total.steps == 3
 
     asyncio.run(drive())

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from pilot_helpers import bounded
 from specdash.config import load_config
 from specdash import events as C
 from specdash.engine.stats import SpecCounters
@@ -31,12 +32,7 @@ def recording_app(tmp_path, **kwargs):
     return app, sessions, notes
 
 
-async def until(pilot, condition, what: str, tries: int = 500) -> None:
-    for _ in range(tries):
-        if condition():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError(f"never happened: {what}")
+until = bounded(500, pause=0.02)
 
 
 async def replayed(pilot) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 
+from pilot_helpers import bounded
 from specdash.session import Session
 from specdash.engine.settings import EngineSettings
 from specdash.events import NoticeEvent, PromptEvent, SettingsEvent, StepEvent
@@ -72,13 +73,7 @@ def real_app(tmp_path, smol_path, *, draft="lookup", translate=True, **options):
     return app, recorders, notes
 
 
-async def until(pilot, condition, what: str, tries: int = 3000) -> None:
-    # A liveness bound (minutes on a loaded 2-core machine), not a timing assertion.
-    for _ in range(tries):
-        if condition():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"never happened: {what}")
+until = bounded(3000)
 
 
 def steps(recorder: Recorder) -> list[StepEvent]:
