@@ -6,6 +6,7 @@ draft model (the small same-vocab pair of tests/test_fuzz_exact.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import importlib.util
 import sys
@@ -219,10 +220,20 @@ def test_shipped_profiles_parse_and_interpolate():
 
 
 def test_profile_round_trips_through_toml():
-    text = FLAT.to_toml()
-    back = parse_profile(text, "x.toml")
-    assert back.verify == FLAT.verify and back.draft_ms == FLAT.draft_ms and back.batch_ms == FLAT.batch_ms
-    assert back.free_ms == FLAT.free_ms and back.overhead_ms == pytest.approx(FLAT.overhead_ms)
+    for prof in (FLAT, dataclasses.replace(FLAT, pair_ms=1.7)):
+        back = parse_profile(prof.to_toml(), "x.toml")
+        assert back.verify == prof.verify and back.draft_ms == prof.draft_ms and back.batch_ms == prof.batch_ms
+        assert back.pair_ms == prof.pair_ms
+        assert back.free_ms == prof.free_ms and back.overhead_ms == pytest.approx(prof.overhead_ms)
+
+
+def test_a_draft_models_sync_is_priced_from_its_measured_pair():
+    """The drafter's usual sync (2 tokens) costs what the profile measured for a pair, a
+    catch-up adds the batch price per further token; without a pair, single + batch."""
+    assert FLAT.feed_ms(1) == 1.0 and FLAT.feed_ms(2) == pytest.approx(1.3) and FLAT.feed_ms(5) == pytest.approx(2.2)
+    paired = dataclasses.replace(FLAT, pair_ms=1.9)
+    assert paired.feed_ms(1) == 1.0 and paired.feed_ms(2) == 1.9 and paired.feed_ms(5) == pytest.approx(2.8)
+    assert paired.feed_ms(0) == 0.0
 
 
 BAD = [
@@ -235,6 +246,7 @@ BAD = [
     ('name = "x"\n[verify_ms]\n1 = 5\n[draft]\nms_per_tok = 3\n', "unknown key [draft] 'ms_per_tok'"),
     ('name = "x"\n[verify_ms]\n1 = 5\n[draft]\nms_per_token = "fast"\n', "[draft] ms_per_token"),
     ('name = "x"\n[verify_ms]\n1 = 5\n[checkpoint]\nrestore_ms = true\n', "[checkpoint] restore_ms"),
+    ('name = "x"\n[verify_ms]\n1 = 5\n[draft]\npair_ms = -2\n', "[draft] pair_ms"),
 ]
 
 
@@ -306,17 +318,18 @@ def test_a_text_ending_on_eos_is_simulated_to_the_same_end(smol_path, small_draf
         assert_same_steps(tr, sim, steps, near_ties, f"eos {spec[-12:]}")
 
 
-def test_save_profile_writes_what_profile_reads(smol_path, tmp_path):
-    """`--profile here --save-profile F` measures this machine (batches to 33) and writes a
-    profile `--profile F` reads back."""
+def test_save_profile_writes_what_profile_reads(smol_path, small_draft, tmp_path):
+    """`--profile here --save-profile F` measures this machine (batches to 33, the draft
+    model's single, pair and batch decodes) and writes a profile `--profile F` reads back."""
     saved = tmp_path / "here.toml"
-    base = ["whatif", "--prompt", "Count from 1 to 20.", "--target", str(smol_path), "--draft", "lookup",
+    base = ["whatif", "--prompt", "Count from 1 to 20.", "--target", str(smol_path), "--draft", str(small_draft),
             "--threads", "1", "--max-tokens", "12", "--ks", "1-2"]
     proc = specdash(*base, "--save-profile", str(saved))
     assert proc.returncode == 0, proc.stderr
     assert "profile here" in proc.stdout
     prof = load_profile(str(saved))
     assert prof.name == "here" and min(prof.verify) == 1 and max(prof.verify) == 33
+    assert prof.draft_ms > 0 and prof.pair_ms and prof.batch_ms  # what a draft model's step is priced from
     again = specdash(*base, "--profile", str(saved))
     assert again.returncode == 0, again.stderr
     assert "profile here (measured by specdash whatif" in again.stdout

@@ -37,8 +37,10 @@ def verify_curve(target: LLM, tokens: Sequence[int], n_past: int, sizes: Sequenc
 
 
 def draft_costs(draft: LLM, tokens: Sequence[int], n_past: int, singles: int = 8,
-                batch: int = 16) -> tuple[float, float]:
-    """(ms of one single-token draft decode, ms per token of a `batch`-token catch-up)."""
+                batch: int = 16) -> tuple[float, float, float]:
+    """(ms of one single-token draft decode, ms per token of a `batch`-token catch-up,
+    ms of a 2-token batch: the drafter's sync before each draft when the last one was
+    accepted whole, timed as the drafter makes it, last logits only)."""
     draft.kv_truncate(n_past)
     single: list[float] = []
     toks = list(tokens)
@@ -47,12 +49,18 @@ def draft_costs(draft: LLM, tokens: Sequence[int], n_past: int, singles: int = 8
         draft.decode([toks[-1 - i % len(toks)]], n_past + i, logits="last")
         single.append((time.perf_counter() - t) * 1e3)
     draft.kv_truncate(n_past)
+    pairs: list[float] = []
+    for i in range(singles):
+        t = time.perf_counter()
+        draft.decode(toks[-2:], n_past, logits="last")
+        pairs.append((time.perf_counter() - t) * 1e3)
+        draft.kv_truncate(n_past)
     junk = (toks * batch)[-batch:]
     t = time.perf_counter()
     draft.decode(junk, n_past, logits="last")
     per = (time.perf_counter() - t) * 1e3 / batch
     draft.kv_truncate(n_past)
-    return statistics.median(single), per
+    return statistics.median(single), per, statistics.median(pairs)
 
 
 def measure_here(target: LLM, draft: LLM | None, prompt: Sequence[int], *, overhead_ms: float,
@@ -70,11 +78,11 @@ def measure_here(target: LLM, draft: LLM | None, prompt: Sequence[int], *, overh
         scale = plain_step_ms / curve[1]
         curve = {n: v * scale for n, v in curve.items()}
     target.clear()
-    d_ms, b_ms = 0.0, None
+    d_ms, b_ms, pair_ms = 0.0, None, None
     if draft is not None:
         draft.clear()
         draft.prefill(list(prompt[:-1]))
-        d_ms, b_ms = draft_costs(draft, prompt, n_past)
+        d_ms, b_ms, pair_ms = draft_costs(draft, prompt, n_past)
         draft.clear()
-    return Profile(name="here", verify=curve, draft_ms=d_ms, batch_ms=b_ms, relative_cost=relative_cost,
+    return Profile(name="here", verify=curve, draft_ms=d_ms, batch_ms=b_ms, pair_ms=pair_ms, relative_cost=relative_cost,
                    overhead_ms=overhead_ms, note=note, source="here", extra=extra)

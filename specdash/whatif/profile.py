@@ -11,6 +11,7 @@ A profile is a TOML file:
     25 = 450.0
     [draft]
     ms_per_token = 12.0             # one single-token draft-model decode
+    pair_ms = 20.0                  # optional: a 2-token batch, its usual sync before drafting
     batch_ms_per_token = 4.0        # optional: per token of a multi-token catch-up batch
     relative_cost = 0.035           # optional: what the engine prices a drafted token at
     free_ms = 0.1                   # optional: a lookup/suffix proposal (default: timed here)
@@ -35,7 +36,7 @@ from specdash.errors import SpecdashError
 
 BUILTIN = ("epyc-32b", "gpu-like", "ci-box")  # shipped in specdash/whatif/profiles/
 _TOP = {"name", "note", "step_overhead_ms", "verify_ms", "draft", "checkpoint"}
-_DRAFT = {"ms_per_token", "batch_ms_per_token", "relative_cost", "free_ms"}
+_DRAFT = {"ms_per_token", "pair_ms", "batch_ms_per_token", "relative_cost", "free_ms"}
 _CHECKPOINT = {"restore_ms", "replay_ms_per_token"}
 
 
@@ -45,6 +46,10 @@ class Profile:
     verify: dict[int, float]  # target batch size -> ms
     draft_ms: float = 0.0  # per single-token draft-model decode
     batch_ms: float | None = None  # per token of a catch-up batch (None: draft_ms)
+    # A 2-token batch (None: draft_ms + batch_ms). Measured on its own: on a 2-core CPU
+    # it cost 1.7-2x a single decode, where a 16-token batch's per-token price (batch_ms)
+    # made it 1.3x, and that difference was a fifth of a K=2 step.
+    pair_ms: float | None = None
     relative_cost: float | None = None  # None: draft_ms / verify(1)
     free_ms: float | None = None  # None: the real proposal's time on this machine
     overhead_ms: float = 0.0
@@ -76,7 +81,10 @@ class Profile:
         if m <= 0:
             return 0.0
         batch = self.draft_ms if self.batch_ms is None else self.batch_ms
-        return self.draft_ms + (m - 1) * batch
+        if m == 1:
+            return self.draft_ms
+        pair = self.draft_ms + batch if self.pair_ms is None else self.pair_ms
+        return pair + (m - 2) * batch
 
     def draft_price(self) -> float | None:
         """What the engine is told a drafted token costs relative to a target step."""
@@ -89,7 +97,7 @@ class Profile:
                  f"step_overhead_ms = {self.overhead_ms:.4f}", "", "[verify_ms]"]
         lines += [f"{n} = {v:.4f}" for n, v in sorted(self.verify.items())]
         lines += ["", "[draft]", f"ms_per_token = {self.draft_ms:.4f}"]
-        for key, value in (("batch_ms_per_token", self.batch_ms), ("relative_cost", self.relative_cost),
+        for key, value in (("pair_ms", self.pair_ms), ("batch_ms_per_token", self.batch_ms), ("relative_cost", self.relative_cost),
                            ("free_ms", self.free_ms)):
             if value is not None:
                 lines.append(f"{key} = {value:.6g}")
@@ -101,7 +109,7 @@ class Profile:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "note": self.note, "source": self.source,
                 "verify_ms": {str(n): v for n, v in sorted(self.verify.items())},
-                "draft_ms_per_token": self.draft_ms, "batch_ms_per_token": self.batch_ms,
+                "draft_ms_per_token": self.draft_ms, "pair_ms": self.pair_ms, "batch_ms_per_token": self.batch_ms,
                 "relative_cost": self.relative_cost, "free_ms": self.free_ms,
                 "step_overhead_ms": self.overhead_ms, "restore_ms": self.restore_ms,
                 "replay_ms_per_token": self.replay_ms, **self.extra}
@@ -166,6 +174,7 @@ def parse_profile(text: str, where: str) -> Profile:
         name=name.strip(), note=note, verify=verify,
         draft_ms=opt(draft, "draft", "ms_per_token") or 0.0,
         batch_ms=opt(draft, "draft", "batch_ms_per_token"),
+        pair_ms=opt(draft, "draft", "pair_ms"),
         relative_cost=opt(draft, "draft", "relative_cost"),
         free_ms=opt(draft, "draft", "free_ms"),
         overhead_ms=_number(where, "step_overhead_ms", doc.get("step_overhead_ms", 0.0)),
