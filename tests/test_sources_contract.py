@@ -126,6 +126,29 @@ async def test_an_engines_recorded_run_fills_every_panel():
 
 
 @sync
+async def test_acceptance_says_none_lately_not_none_yet_after_a_stretch_at_k0():
+    """Adaptive K at 0 for more than the panel's window of steps: the title keeps what this
+    prompt's drafts did instead of claiming nothing was ever drafted."""
+    import dataclasses
+
+    steps = [ev for ev in ENGINE if isinstance(ev, StepEvent)]
+    last = steps[-1]
+    plain = [dataclasses.replace(last, step=last.step + i + 1, k=0, drafter="none", drafted=0, accepted=0,
+                                 tokens=last.tokens[-1:], pieces=last.pieces[-1:], from_draft=[False],
+                                 t=last.t + 0.01 * (i + 1)) for i in range(130)]
+    source = ScriptedSource("engine", [*ENGINE, *plain])
+    app = app_for(source, local_telemetry=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settled(pilot, len(ENGINE) + len(plain))
+        start = max(i for i, ev in enumerate(ENGINE) if isinstance(ev, E.PrefillEvent))  # the last prompt's
+        run = SpecCounters()
+        for ev in [*ENGINE[start:], *plain]:
+            if isinstance(ev, StepEvent):
+                run.add(ev)
+        assert titles(app, "acceptance")[0] == f"Acceptance · none lately ({run.acceptance_rate:.0%} this prompt)"
+
+
+@sync
 async def test_a_remote_servers_counter_polls_fill_the_same_panels():
     script = remote_script()
     source = ScriptedSource("remote", script)

@@ -142,9 +142,15 @@ class AcceptancePanel(Panel):
             x_limits=(0.4, max(len(rates), 1) + 0.6), y_limits=(0.0, 1.0), y_ticks=[0.0, 0.5, 1.0],
             x_ticks=[float(p) for p in range(1, len(rates) + 1, max(1, (len(rates) + 5) // 6))])
         acc = recent.acceptance_rate
+        earlier = state.stats.run.acceptance_rate
+        if acc is not None:
+            title = f"Acceptance {acc:.0%} · mean len {recent.mean_accepted_length:.2f}"
+        elif earlier is not None:  # adaptive K at 0 for a while: "no drafts yet" would be untrue
+            title = f"Acceptance · none lately ({earlier:.0%} this prompt)"
+        else:
+            title = "Acceptance · no drafts yet"
         self.titles(
-            f"Acceptance {acc:.0%} · mean len {recent.mean_accepted_length:.2f}" if acc is not None
-            else "Acceptance · no drafts yet",
+            title,
             f"last {len(state.stats.recent)} {'polls' if state.polled else 'steps'} │ per position",
         )
 
