@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     ks = [int(k) for k in args.ks.split(",")]
     which = args.drafters.split(",")
-    if not which or set(which) - {"lookup", "draft"}:
+    if set(which) - {"lookup", "draft"}:  # "" (an empty --drafters) is refused here too
         raise SystemExit(f"--drafters {args.drafters!r}: give lookup, draft or lookup,draft")
     drafters = [args.draft if w == "draft" else w for w in which]
     texts = {name: prompt_text(name) for name in args.prompts.split(",")}  # a bad name fails before any run

@@ -84,5 +84,5 @@ def measure_here(target: LLM, draft: LLM | None, prompt: Sequence[int], *, overh
         draft.prefill(list(prompt[:-1]))
         d_ms, b_ms, pair_ms = draft_costs(draft, prompt, n_past)
         draft.clear()
-    return Profile(name="here", verify=curve, draft_ms=d_ms, batch_ms=b_ms, pair_ms=pair_ms, relative_cost=relative_cost,
-                   overhead_ms=overhead_ms, note=note, source="here", extra=extra)
+    return Profile(name="here", verify=curve, draft_ms=d_ms, batch_ms=b_ms, pair_ms=pair_ms,
+                   relative_cost=relative_cost, overhead_ms=overhead_ms, note=note, source="here", extra=extra)

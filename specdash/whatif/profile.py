@@ -97,8 +97,8 @@ class Profile:
                  f"step_overhead_ms = {self.overhead_ms:.4f}", "", "[verify_ms]"]
         lines += [f"{n} = {v:.4f}" for n, v in sorted(self.verify.items())]
         lines += ["", "[draft]", f"ms_per_token = {self.draft_ms:.4f}"]
-        for key, value in (("pair_ms", self.pair_ms), ("batch_ms_per_token", self.batch_ms), ("relative_cost", self.relative_cost),
-                           ("free_ms", self.free_ms)):
+        for key, value in (("pair_ms", self.pair_ms), ("batch_ms_per_token", self.batch_ms),
+                           ("relative_cost", self.relative_cost), ("free_ms", self.free_ms)):
             if value is not None:
                 lines.append(f"{key} = {value:.6g}")
         if self.restore_ms or self.replay_ms:
