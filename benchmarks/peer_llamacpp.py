@@ -60,6 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from specdash.config import load_config  # noqa: E402
 from specdash.errors import SpecdashError  # noqa: E402
 from specdash.llamacpp_tools import ensure_built, llama_cpp_python_version  # noqa: E402
 from specdash.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
@@ -428,7 +429,60 @@ def _per_step(runs: list[RunResult], attr: str) -> float | None:
     return _med(vals)
 
 
-def aggregate(prompt: str, runs: list[RunResult], rounds: int) -> tuple[list[Ratio], list[dict[str, Any]]]:
+# (generated text, K, tokens generated) -> (steps, drafted, accepted) of specdash's
+# lookup rule replayed over it
+LookupReplay = Callable[[str, int, int], tuple[int, int, int]]
+
+
+def lookup_replay(vocab: Any, templated: str, settings: Any, budget: int) -> LookupReplay:
+    """whatif's replay of specdash's lookup drafter at a fixed K over a known text (the
+    same code `specdash whatif` runs): how many steps it would take there. Over the
+    peer's text it answers whether a gap is in what is drafted or in what a step costs,
+    with the text held equal. The text is retokenized, so a count may be off by one
+    where a tokenization differs from the generated tokens. `budget`: the runs' token
+    budget; a run that generated fewer met end-of-generation."""
+    from specdash.whatif.profile import load_profile
+    from specdash.whatif.simulate import make_drafter, simulate
+    from specdash.whatif.transcript import Transcript
+
+    prompt = vocab.tokenize(templated)
+    profile = load_profile("ci-box")  # only counts are used: any profile will do
+    # A run that met end-of-generation is replayed with the token that ended it, since
+    # lookup may draft it: the template's end of turn (the last end-of-generation token
+    # in the prompt, where the user's turn ended), else the vocabulary's eos.
+    ends = [t for t in prompt if vocab.is_eog(t)]
+    end = ends[-1] if ends else vocab.eos
+
+    def replay(text: str, k: int, n_generated: int) -> tuple[int, int, int]:
+        gen = vocab.tokenize(text, add_special=False, parse_special=False)
+        eos = n_generated < budget
+        seq = gen + [end] if eos else gen
+        tr = Transcript(prompt, seq, len(gen), eos, budget, len(prompt) + budget + k + 2, UBATCH,
+                        [vocab.piece(t) for t in seq], templated, "target")
+        res = simulate(tr, make_drafter("lookup", tr, profile, settings), profile, settings, name="lookup", k=k)
+        return res.steps, res.drafted, res.accepted
+
+    return replay
+
+
+def decompose(ok: list[tuple[RunResult, RunResult]]) -> dict[str, list[float]]:
+    """Each round's ratio as tokens per step (what was drafted and accepted, on each
+    side's own text) times the step cost (peer ms per step ÷ specdash's): their product
+    is the tok/s ratio exactly."""
+    per_step, cost = [], []
+    for a, b in ok:
+        if a.steps and b.steps and a.decode_s > 0 and b.decode_s > 0:
+            per_step.append((a.n_generated / a.steps) / (b.n_generated / b.steps))
+            cost.append((b.decode_s / b.steps) / (a.decode_s / a.steps))
+    return {"tokens_per_step_ratio": per_step, "step_cost_ratio": cost}
+
+
+def _spread(xs: Sequence[float]) -> str:
+    return f"x{statistics.median(xs):.3f} ({min(xs):.2f}-{max(xs):.2f})"
+
+
+def aggregate(prompt: str, runs: list[RunResult], rounds: int,
+              replay: LookupReplay | None = None) -> tuple[list[Ratio], list[dict[str, Any]]]:
     mine = [r for r in runs if r.prompt == prompt]
 
     def get(side: str, config: str, rnd: int) -> RunResult | None:
@@ -461,8 +515,25 @@ def aggregate(prompt: str, runs: list[RunResult], rounds: int) -> tuple[list[Rat
         peer_prompt = {b.n_prompt for b in peer_runs if b.n_prompt is not None}
         if sd_prompt and peer_prompt and sd_prompt != peer_prompt:
             ratio.notes.append(f"prompt tokens differ: specdash {sorted(sd_prompt)} vs peer {sorted(peer_prompt)}")
+        parts = decompose(ok)
+        if parts["step_cost_ratio"]:
+            ratio.notes.append(f"why: tokens/step {_spread(parts['tokens_per_step_ratio'])} × step cost "
+                               f"{_spread(parts['step_cost_ratio'])} (specdash ÷ peer, >1 = specdash ahead)")
+        same_text: dict[str, Any] = {}
+        if replay is not None and kind == "lookup":
+            k = int(config.split("K=")[-1])
+            own = [replay(t, k, n) for t, n in dict.fromkeys((a.text, a.n_generated) for a in sd_runs)]
+            theirs = [replay(t, k, n) for t, n in dict.fromkeys((b.text, b.n_generated) for b in peer_runs)]
+            same_text = {"replay_own_text": own, "replay_peer_text": theirs}
+            ratio.notes.append(
+                f"same text: specdash's rule over the peer's text takes {_tokens([t[0] for t in theirs])} steps, "
+                f"accepting {_tokens([t[2] for t in theirs])}/{_tokens([t[1] for t in theirs])} (peer there: "
+                f"{_tokens([b.steps or 0 for b in peer_runs])} steps, {_tokens([b.n_accepted for b in peer_runs])}"
+                f"/{_tokens([b.n_drafted for b in peer_runs])}); over its own text {_tokens([t[0] for t in own])}"
+            )
         ratios.append(ratio)
         rows.append({
+            **parts, **same_text,
             "comparison": ratio.label, "kind": kind, "median_ratio": ratio.median,
             "min_ratio": min(ratio.ratios), "max_ratio": max(ratio.ratios), "ratios": ratio.ratios,
             "specdash_tps": ratio.specdash_tps, "peer_tps": ratio.peer_tps,
@@ -773,7 +844,8 @@ def main(argv: Sequence[str] | None = None, say: Callable[[str], None] | None = 
                         runs.append(r)
                         say(f"[{pi}/{len(prompts)} {prompt.name} r{rnd} {done}/{total}] {job.config:<16} "
                             f"{job.side:<24} {describe(r)}  ({r.wall_s:.1f}s wall)")
-                ratios, rows = aggregate(prompt.name, runs, args.rounds)
+                ratios, rows = aggregate(prompt.name, runs, args.rounds,
+                                         lookup_replay(vocab, templated, load_config(cfg).engine, args.tokens))
                 per_prompt[prompt.name] = ratios
                 rows_all[prompt.name] = rows
                 section = report_prompt(prompt, n_prompt, ratios, rows)

@@ -358,3 +358,55 @@ def test_peer_benchmark_parses_the_tools_output(real_bin: Path, smol_path: Path,
             assert got["n_drafted"] > 0  # a model drafting itself always drafts
         assert got["n_prompt"] > 10 and got["decode_s"] > 0 and got["tokens_per_s"] > 0
     assert not list(tmp_path.glob("*.bin"))  # llama-lookup wrote no n-gram cache file
+
+
+def test_peer_benchmark_replays_specdashs_lookup_over_a_generated_text(smol_path: Path, tmp_path: Path) -> None:
+    """The same-text column: specdash's lookup rule replayed over a generated text counts
+    what a real `specdash run --raw` at that K drafted, accepted and stepped over it,
+    for a run cut by the budget and for one that met end-of-turn."""
+    from cli_helpers import specdash
+    from specdash.engine.llm import LLM
+    from specdash.engine.settings import EngineSettings
+
+    peer = _peer_module()
+    vocab = LLM(smol_path, vocab_only=True)
+    templated = vocab.chat_prompt("Repeat this line four times: the cat sat on the mat, the dog sat on the log.")
+    prompt = tmp_path / "p.txt"
+    prompt.write_text(templated, encoding="utf-8", newline="")
+    for budget in (12, 48):
+        proc = specdash("run", "--json", "--raw", "--prompt-file", str(prompt), "--target", str(smol_path),
+                        "--draft", "lookup", "--k", "4", "--no-adaptive", "--threads", "1", "--ctx", "1024",
+                        "--max-tokens", str(budget))
+        assert proc.returncode == 0, proc.stderr
+        real = peer.parse_specdash_summary(proc.stdout, "specdash run")
+        replay = peer.lookup_replay(vocab, templated, EngineSettings(), budget)
+        steps, drafted, accepted = replay(real["text"], 4, real["n_generated"])
+        assert accepted > 0  # the repeated line was copied
+        assert (steps, drafted) == (real["steps"], real["num_draft_tokens"])
+        if real["n_generated"] == budget:
+            assert accepted == real["num_accepted_tokens"]
+        else:
+            # the engine also counts draft tokens that matched past the end of turn
+            assert real["num_accepted_tokens"] - 3 <= accepted <= real["num_accepted_tokens"]
+        # K bounds the draft: at K=1 no step drafts more than one token, so more steps
+        s1, d1, _ = replay(real["text"], 1, real["n_generated"])
+        assert d1 <= s1 and s1 > steps
+    assert real["n_generated"] < 48  # so the second run did meet end of turn
+
+
+def test_peer_benchmark_splits_each_ratio_into_tokens_per_step_and_step_cost() -> None:
+    peer = _peer_module()
+
+    def run(side: str, rnd: int, n: int, steps: int, decode_s: float) -> Any:
+        return peer.RunResult(side, "lookup K=4", "p", rnd, n / decode_s, n, 10, 40, 20, steps, decode_s,
+                              None, None, None, decode_s, text="same")
+
+    runs = [run("specdash", 1, 100, 50, 5.0), run("llama-lookup", 1, 100, 40, 5.5),
+            run("specdash", 2, 100, 50, 4.0), run("llama-lookup", 2, 100, 40, 4.0)]
+    ratios, rows = peer.aggregate("p", runs, 2)
+    row = rows[0]
+    for i, r in enumerate(ratios[0].ratios):
+        assert row["tokens_per_step_ratio"][i] * row["step_cost_ratio"][i] == pytest.approx(r)
+    assert row["tokens_per_step_ratio"] == pytest.approx([0.8, 0.8])
+    assert row["step_cost_ratio"] == pytest.approx([(5.5 / 40) / (5.0 / 50), 1.25])
+    assert any(n.startswith("why: tokens/step x0.800") for n in ratios[0].notes)
