@@ -454,8 +454,11 @@ def lookup_replay(vocab: Any, templated: str, settings: Any, budget: int) -> Loo
     end = ends[-1] if ends else vocab.eos
 
     def replay(text: str, k: int, n_generated: int) -> tuple[int, int, int]:
-        gen = vocab.tokenize(text, add_special=False, parse_special=False)
-        eos = n_generated < budget
+        gen = vocab.tokenize(text, add_special=False, parse_special=True)
+        # llama.cpp's tools print the end-of-turn token and what follows it: cut there
+        cut = next((i for i, t in enumerate(gen) if vocab.is_eog(t)), None)
+        eos = cut is not None or n_generated < budget
+        gen = gen[:cut]
         seq = gen + [end] if eos else gen
         tr = Transcript(prompt, seq, len(gen), eos, budget, len(prompt) + budget + k + 2, UBATCH,
                         [vocab.piece(t) for t in seq], templated, "target")
@@ -704,6 +707,47 @@ def report_targets(per_prompt: dict[str, list[Ratio]]) -> list[str]:
     return out
 
 
+def report_again(src: Path, out: Path | None, argv: Sequence[str] | None, say: Callable[[str], None]) -> int:
+    """--from-json: the report of saved runs, recomputed (the same-text replay included)."""
+    from specdash.engine.llm import LLM
+
+    try:
+        saved = json.loads(src.read_text(encoding="utf-8"))
+        runs = [RunResult(**r) for r in saved["runs"]]
+        old = saved["args"]
+        vocab = LLM(saved["target"], vocab_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BenchError(f"--from-json {src}: not a saved peer benchmark ({exc})") from None
+    cfg = old.get("specdash_config")
+    settings = load_config(Path(cfg) if cfg else None).engine
+    by_name = {p.name: p for p in all_prompts()}
+    lines = [
+        "# specdash vs llama.cpp's own tools (benchmarks/peer_llamacpp.py), reported again",
+        "",
+        f"command: python benchmarks/peer_llamacpp.py {' '.join(argv if argv is not None else sys.argv[1:])}",
+        f"runs from {src.name}: specdash {saved.get('specdash_git', '?')}, llama-cpp-python "
+        f"{saved.get('llama_cpp_python', '?')}; {old.get('rounds')} round(s), {old.get('tokens')} tokens, "
+        f"{old.get('threads')} threads; reported by specdash {_git_rev()}",
+        "",
+    ]
+    per_prompt: dict[str, list[Ratio]] = {}
+    for name, info in saved["prompts"].items():
+        if name not in by_name:
+            raise BenchError(f"--from-json {src}: prompt {name!r} is no longer in the benchmark's prompts")
+        templated = vocab.chat_prompt(by_name[name].text)
+        ratios, rows = aggregate(name, runs, old["rounds"],
+                                 lookup_replay(vocab, templated, settings, old["tokens"]))
+        per_prompt[name] = ratios
+        lines += report_prompt(by_name[name], info["n_prompt"], ratios, rows)
+    text = "\n".join(lines + report_targets(per_prompt)) + "\n"
+    print(text)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        say(f"wrote {out}")
+    return 0
+
+
 # --- main ---------------------------------------------------------------------------
 def _ints(text: str, flag: str) -> list[int]:
     try:
@@ -769,6 +813,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "whatever ~/.config/specdash/config.toml says)")
     p.add_argument("--quick", action="store_true", help="smoke run: one prompt, one round, 32 tokens, K=4")
     p.add_argument("--out", type=Path, help="write the text report here and the JSON (all runs) beside it")
+    p.add_argument("--from-json", type=Path, metavar="FILE",
+                   help="run nothing: report again the runs a previous --out saved in FILE (.json), with "
+                        "this version's columns, to stdout or --out (text only)")
     args = p.parse_args(argv)
     q = args.quick
     args.ks = _ints(args.ks or ("4" if q else "2,4,8"), "--ks")
@@ -790,6 +837,8 @@ def main(argv: Sequence[str] | None = None, say: Callable[[str], None] | None = 
     say = say or log
     try:
         args = parse_args(argv)
+        if args.from_json:
+            return report_again(args.from_json, args.out, argv, say)
         prompts = choose_prompts(args.prompts, args.quick)
         t_start = time.time()
         say(f"peer benchmark: {len(prompts)} prompt(s), {args.rounds} round(s), {args.tokens} tokens, "

@@ -74,8 +74,19 @@ def test_lookup_returns_empty_without_a_match_or_below_min_ngram():
     assert propose(PromptLookupDrafter(), [1, 2, 3, 4, 5]).tokens == []
     seq = [9, 3, 9, 3, 1, 9]  # only the 1-gram "9" repeats (-> 3 twice)
     assert propose(PromptLookupDrafter(1, 4), seq, k=1).tokens == [3]
-    assert propose(PromptLookupDrafter(2, 4), seq).tokens == []
+    assert propose(PromptLookupDrafter(3, 4), seq).tokens == []  # 1-grams are two sizes below 3
     assert propose(PromptLookupDrafter(), [5]).tokens == []
+
+
+def test_lookup_one_size_below_min_ngram_only_guesses_one_last_token():
+    """llama.cpp chains 1-grams like any n-gram; below min_ngram a vote adds one token
+    and ends the draft (the guess keeps most of what 1-grams accept, not their waste)."""
+    seq = [9, 3, 9, 3, 1, 9]  # "9" -> 3 twice; then "9 3" -> 9, 1
+    assert propose(PromptLookupDrafter(1, 4), seq, k=4).tokens == [3, 9, 3, 1]  # chained
+    assert propose(PromptLookupDrafter(2, 4), seq, k=4).tokens == [3]  # a guess ends it
+    copy = [5, 6, 7, 8, 2, 8, 2, 8, 0, 5, 6, 7]  # "5 6 7" -> 8 once, then the copy goes on
+    assert propose(PromptLookupDrafter(3, 4), copy, k=8).tokens == [8, 2, 8, 2, 8, 0, 5, 6]
+    assert propose(PromptLookupDrafter(4, 4), copy, k=8).tokens == [8]  # a 3-gram guess, then stop
 
 
 def test_lookup_rejects_bad_ngram_sizes():

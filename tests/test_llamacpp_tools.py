@@ -388,6 +388,10 @@ def test_peer_benchmark_replays_specdashs_lookup_over_a_generated_text(smol_path
         else:
             # the engine also counts draft tokens that matched past the end of turn
             assert real["num_accepted_tokens"] - 3 <= accepted <= real["num_accepted_tokens"]
+            # llama.cpp's tools print the end-of-turn token and what follows: not text
+            assert "<|im_end|>" in templated
+            printed = real["text"] + "<|im_end|>\n\n"
+            assert replay(printed, 4, real["n_generated"]) == (steps, drafted, accepted)
         # K bounds the draft: at K=1 no step drafts more than one token, so more steps
         s1, d1, _ = replay(real["text"], 1, real["n_generated"])
         assert d1 <= s1 and s1 > steps

@@ -73,9 +73,15 @@ class PromptLookupDrafter:
     supports. So on prose, where a short n-gram is followed by many things, it drafts
     nothing instead of a wasted batch; on a copy it drafts the whole copy.
 
+    One size shorter than min_ngram (a 1-gram by default) may add one last token and
+    end the draft: a guess, not a copy. llama.cpp chains 1-grams like any n-gram; that
+    accepts more (llama-lookup, json-extraction: 42 tokens to our 35) but drafts long
+    runs that are rejected; as one last token it keeps most of the gain for little
+    verify (benchmarks/results/lookup-one-gram-guess.txt).
+
     Index: n-gram tuple -> {next token: count}, plus the start of its latest occurrence
     (for `evidence`: how long the match behind the draft is, which adaptive K judges
-    copies by). Appending a token updates (max_ngram - min_ngram + 1) entries: O(new
+    copies by). Appending a token updates (max_ngram - min_ngram + 2) entries: O(new
     tokens) per step.
     """
 
@@ -95,6 +101,7 @@ class PromptLookupDrafter:
             )
         self.min_ngram = min_ngram
         self.max_ngram = max_ngram
+        self._guess_ngram = max(1, min_ngram - 1)  # the shortest size indexed: it may only guess
         self._mirror = TokenMirror()
         self._last_start: dict[tuple[int, ...], int] = {}
         self._counts: dict[tuple[int, ...], dict[int, int]] = {}
@@ -106,7 +113,7 @@ class PromptLookupDrafter:
         toks, last, counts = self._mirror.tokens, self._last_start, self._counts
         for j in range(max(self._indexed, 1), end):
             nxt = toks[j]
-            for n in range(self.min_ngram, min(self.max_ngram, j) + 1):
+            for n in range(self._guess_ngram, min(self.max_ngram, j) + 1):
                 key = tuple(toks[j - n : j])
                 last[key] = j - n
                 follow = counts.get(key)
@@ -118,7 +125,7 @@ class PromptLookupDrafter:
 
     def _vote(self, context: list[int]) -> tuple[int, int] | None:
         """(token, n-gram size) the statistics support after `context`, or None."""
-        for n in range(min(self.max_ngram, len(context)), self.min_ngram - 1, -1):
+        for n in range(min(self.max_ngram, len(context)), self._guess_ngram - 1, -1):
             follow = self._counts.get(tuple(context[-n:]))
             if not follow:
                 continue
@@ -150,6 +157,8 @@ class PromptLookupDrafter:
             token, n = vote
             first_n = first_n or n
             draft.append(token)
+            if n < self.min_ngram:
+                break  # a guess ends the draft
             context = context[1:] + [token] if len(context) >= self.max_ngram else context + [token]
         if not draft:
             return Draft.empty()
