@@ -60,7 +60,8 @@ def prompts(spec: str) -> list[tuple[str, str]]:
     names = [n.strip() for n in spec.split(",") if n.strip()]
     bad = [n for n in names if n not in known]
     if bad:
-        sys.exit(f"--prompts: unknown {', '.join(bad)}; choose from {', '.join(known)}")
+        print(f"--prompts: unknown {', '.join(bad)}; choose from {', '.join(known)}", file=sys.stderr)
+        sys.exit(2)
     return [(n, known[n]) for n in names]
 
 
@@ -125,7 +126,14 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="the report (text) and its runs (.jsonl beside it)")
     args = ap.parse_args()
     chosen = prompts(args.prompts)
-    ks = [int(k) for k in args.ks.split(",")]
+    try:
+        ks = [int(k) for k in args.ks.split(",")]
+    except ValueError:
+        ks = []
+    if not ks or min(ks) < 1 or args.rounds < 1 or args.tokens < 1:
+        print(f"--ks {args.ks!r}, --rounds {args.rounds}, --tokens {args.tokens}: need Ks >= 1 "
+              "(comma-separated), rounds >= 1 and tokens >= 1", file=sys.stderr)
+        return 2
     t0 = time.time()
     rows: list[dict[str, Any]] = []
     for k in ks:

@@ -92,6 +92,10 @@ class BenchError(Exception):
     """A run failed or printed something this script cannot read: exit 1 with the message."""
 
 
+class UsageError(BenchError):
+    """A flag or file the user gave is wrong: exit 2 with the message."""
+
+
 # --- prompts ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BenchPrompt:
@@ -121,7 +125,7 @@ def choose_prompts(spec: str | None, quick: bool) -> list[BenchPrompt]:
         if name == "all":
             return prompts
         if name not in by_name:
-            raise BenchError(f"--prompts: no prompt named {name!r}; choose from: {', '.join(by_name)}, all")
+            raise UsageError(f"--prompts: no prompt named {name!r}; choose from: {', '.join(by_name)}, all")
         chosen.append(by_name[name])
     return chosen
 
@@ -716,8 +720,10 @@ def report_again(src: Path, out: Path | None, argv: Sequence[str] | None, say: C
         runs = [RunResult(**r) for r in saved["runs"]]
         old = saved["args"]
         vocab = LLM(saved["target"], vocab_only=True)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise BenchError(f"--from-json {src}: not a saved peer benchmark ({exc})") from None
+    except KeyError as exc:
+        raise UsageError(f"--from-json {src}: not a saved peer benchmark (no {exc} in it)") from None
+    except (OSError, ValueError, TypeError) as exc:
+        raise UsageError(f"--from-json {src}: not a saved peer benchmark ({exc})") from None
     cfg = old.get("specdash_config")
     settings = load_config(Path(cfg) if cfg else None).engine
     by_name = {p.name: p for p in all_prompts()}
@@ -733,7 +739,7 @@ def report_again(src: Path, out: Path | None, argv: Sequence[str] | None, say: C
     per_prompt: dict[str, list[Ratio]] = {}
     for name, info in saved["prompts"].items():
         if name not in by_name:
-            raise BenchError(f"--from-json {src}: prompt {name!r} is no longer in the benchmark's prompts")
+            raise UsageError(f"--from-json {src}: prompt {name!r} is no longer in the benchmark's prompts")
         templated = vocab.chat_prompt(by_name[name].text)
         ratios, rows = aggregate(name, runs, old["rounds"],
                                  lookup_replay(vocab, templated, settings, old["tokens"]))
@@ -753,9 +759,9 @@ def _ints(text: str, flag: str) -> list[int]:
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise BenchError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+        raise UsageError(f"{flag}: expected comma-separated integers, got {text!r}") from None
     if not vals or any(v < 1 for v in vals):
-        raise BenchError(f"{flag}: expected positive integers, got {text!r}")
+        raise UsageError(f"{flag}: expected positive integers, got {text!r}")
     return vals
 
 
@@ -824,9 +830,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in args.modes if m not in ("plain", "lookup", "draft", "adaptive")]
     if bad or not args.modes:
-        raise BenchError(f"--modes: unknown {', '.join(bad) or '(none)'}; choose from plain, lookup, draft, adaptive")
+        raise UsageError(f"--modes: unknown {', '.join(bad) or '(none)'}; choose from plain, lookup, draft, adaptive")
     if args.rounds < 1 or args.tokens < 1 or args.threads < 1 or args.ctx < 64:
-        raise BenchError("--rounds, --tokens and --threads must be >= 1, --ctx >= 64")
+        raise UsageError("--rounds, --tokens and --threads must be >= 1, --ctx >= 64")
     return args
 
 
@@ -943,7 +949,7 @@ def main(argv: Sequence[str] | None = None, say: Callable[[str], None] | None = 
         return 0
     except (BenchError, SpecdashError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, UsageError) else 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

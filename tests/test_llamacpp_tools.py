@@ -414,3 +414,15 @@ def test_peer_benchmark_splits_each_ratio_into_tokens_per_step_and_step_cost() -
     assert row["tokens_per_step_ratio"] == pytest.approx([0.8, 0.8])
     assert row["step_cost_ratio"] == pytest.approx([(5.5 / 40) / (5.0 / 50), 1.25])
     assert any(n.startswith("why: tokens/step x0.800") for n in ratios[0].notes)
+
+
+def test_peer_benchmark_refuses_a_file_it_did_not_write(tmp_path: Path) -> None:
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "peer_llamacpp.py"
+    bad = tmp_path / "other.json"
+    bad.write_text('{"runs": []}')
+    for arg in (str(bad), str(tmp_path / "missing.json")):
+        proc = subprocess.run([sys.executable, str(path), "--from-json", arg], capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: --from-json {arg}: not a saved peer benchmark")
