@@ -35,10 +35,9 @@ if str(ROOT) not in sys.path:
 from specdash.engine.drafters.lookup import PromptLookupDrafter  # noqa: E402
 from specdash.engine.settings import EngineSettings  # noqa: E402
 from specdash.events import PrefillEvent, StepEvent, Summary  # noqa: E402
-from specdash.prompts import BUILTIN  # noqa: E402
 from specdash.session import Session  # noqa: E402
+from peer_llamacpp import BenchError, _ints, choose_prompts  # noqa: E402  (benchmarks/ is sys.path[0])
 
-PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DEFAULT_PROMPTS = "code-generation,code-edit,summarization,json-extraction,edit-js-module,summarize-postmortem," \
                   "dialogue-support"
 
@@ -52,17 +51,6 @@ class NoGuess(PromptLookupDrafter):
 
 
 ARMS = {"guess": PromptLookupDrafter, "no-guess": NoGuess}
-
-
-def prompts(spec: str) -> list[tuple[str, str]]:
-    known = {p.name: p.text for p in BUILTIN}
-    known.update({f.stem: f.read_text(encoding="utf-8").strip() for f in sorted(PROMPTS_DIR.glob("*.txt"))})
-    names = [n.strip() for n in spec.split(",") if n.strip()]
-    bad = [n for n in names if n not in known]
-    if bad:
-        print(f"--prompts: unknown {', '.join(bad)}; choose from {', '.join(known)}", file=sys.stderr)
-        sys.exit(2)
-    return [(n, known[n]) for n in names]
 
 
 def one(session: Session, arm: str, prompt: str, tokens: int) -> dict[str, Any]:
@@ -125,14 +113,14 @@ def main() -> int:
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
     ap.add_argument("--out", type=Path, help="the report (text) and its runs (.jsonl beside it)")
     args = ap.parse_args()
-    chosen = prompts(args.prompts)
-    try:
-        ks = [int(k) for k in args.ks.split(",")]
-    except ValueError:
-        ks = []
-    if not ks or min(ks) < 1 or args.rounds < 1 or args.tokens < 1:
-        print(f"--ks {args.ks!r}, --rounds {args.rounds}, --tokens {args.tokens}: need Ks >= 1 "
-              "(comma-separated), rounds >= 1 and tokens >= 1", file=sys.stderr)
+    try:  # the peer benchmark's prompts (the built-ins and benchmarks/prompts/*.txt) and K parsing
+        chosen = [(p.name, p.text) for p in choose_prompts(args.prompts, quick=False)]
+        ks = _ints(args.ks, "--ks")
+    except BenchError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.rounds < 1 or args.tokens < 1:
+        print(f"--rounds {args.rounds}, --tokens {args.tokens}: both must be >= 1", file=sys.stderr)
         return 2
     t0 = time.time()
     rows: list[dict[str, Any]] = []
