@@ -125,7 +125,9 @@ async def test_engine_failure_shows_stays_alive_and_r_restarts_with_the_last_goo
         assert note is not None and note[1] == "error" and message in note[0] and "Press r to restart" in note[0]
         assert ("error", "Engine stopped", message) in notes
         assert recs[0].closed  # the failed session freed its models
-        assert not app.engine_thread.is_alive()
+        # The thread still emits a notice with the traceback after the error status: on a
+        # loaded machine it can take longer than the pause above to return, but it must end.
+        await until(pilot, lambda: not app.engine_thread.is_alive(), "the engine thread ended")
 
         # Alive: keys still work (help opens and closes), the footer offers restart.
         assert app.check_action("restart", ()) is True and app.check_action("k_up", ()) is False
