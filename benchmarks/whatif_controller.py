@@ -76,12 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--k-max", type=int, default=32, help="adaptive K's largest K (default 32: the sweep's range)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--p-joint", type=float, default=None,
+                    help="the draft model's draft_p_joint, fixed K and adaptive alike (default: the setting's)")
     ap.add_argument("--cache", help="a pickle of the generated texts, read if there, written if not (texts depend "
                                     "on target, draft and --tokens only: greedy)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "whatif-controller-vs-oracle.txt"))
     args = ap.parse_args(argv)
+    joint = {} if args.p_joint is None else {"draft_p_joint": args.p_joint}
     base = EngineSettings(target=args.target, draft=args.draft, threads=args.threads, ctx=2048,
-                          max_tokens=args.tokens, k_max=args.k_max)
+                          max_tokens=args.tokens, k_max=args.k_max, **joint)
     texts = {p.name: p.text for p in BUILTIN}
     texts[MIXED[0]] = MIXED[1]
     texts.update(HELD_OUT)
@@ -93,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     say = Report()
 
     say(f"# adaptive K vs the oracle (whatif): {args.target} + {args.draft}, {args.tokens} tokens, "
-        f"K=1..32 fixed, adaptive k_max={args.k_max}, {time.strftime('%Y-%m-%d %H:%M')}")
+        f"K=1..32 fixed, adaptive k_max={args.k_max}, draft_p_joint {base.draft_p_joint:g}, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}")
     say("| prompt | profile | drafter | oracle K | oracle x plain | adaptive x plain | adaptive / oracle "
         "| adaptive / cross-validated fixed K |")
     say("|---|---|---|---|---|---|---|---|")

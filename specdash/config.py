@@ -4,7 +4,7 @@ how a wrong value becomes one readable line instead of a traceback.
 Layout (config.example.toml documents every key with its default):
 
     [model]        target, draft, translate, threads, ctx, experts
-    [speculative]  k, adaptive, k_min, k_max, draft_p_min, lookup_min_ngram, lookup_max_ngram
+    [speculative]  k, adaptive, k_min, k_max, draft_p_min, draft_p_joint, lookup_min_ngram, lookup_max_ngram
     [sampling]     temperature, top_k, top_p, seed
     [generation]   max_tokens, raw, prompt, prompt_file
     [ui]           theme, refresh, screenshots_dir

@@ -78,6 +78,7 @@ class SettingsEvent:
     top_p: float | None = None
     seed: int | None = None
     draft_p_min: float | None = None
+    draft_p_joint: float | None = None
     lookup_min_ngram: int | None = None
     lookup_max_ngram: int | None = None
     threads: int | None = None
@@ -479,7 +480,7 @@ def from_dict(data: Any) -> Event:
 SIGNED: frozenset[str] = frozenset()
 MAX_NUMBER = 2**53
 # Fields that are fractions, 0..1.
-FRACTIONS = frozenset({"acceptance_rate", "fraction", "top_p", "draft_p_min"})
+FRACTIONS = frozenset({"acceptance_rate", "fraction", "top_p", "draft_p_min", "draft_p_joint"})
 # Fields that are a draft length, and lists with an entry per draft position.
 K_FIELDS = frozenset({"k", "k_min", "k_max"})
 PER_POSITION_SUFFIX = "_per_pos"

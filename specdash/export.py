@@ -81,6 +81,10 @@ def server_args(st: SettingsEvent, *, k: int | None = None) -> tuple[list[str], 
                 args += ["-md", st.draft_path, "--spec-draft-n-max", str(k)]
                 if st.draft_p_min:
                     args += ["--spec-draft-p-min", f"{st.draft_p_min:g}"]
+                if st.draft_p_joint:
+                    notes.append(f"draft_p_joint {st.draft_p_joint:g} (stop a draft where the product of the "
+                                 "draft's top probabilities falls below it) has no llama-server flag: exported "
+                                 "without it, so its drafts run to K")
         if types:
             args += ["--spec-type", ",".join(types)]
     elif draft != "none":

@@ -181,13 +181,13 @@ class Session:
         drafter: DraftModelDrafter | TranslatedDrafter
         if report.compatible:
             llm = LLM(path, n_ctx=s.ctx, n_threads=s.threads)
-            drafter = DraftModelDrafter(llm, p_min=s.draft_p_min, label=label, relative_cost=ratio)
+            drafter = DraftModelDrafter(llm, p_min=s.draft_p_min, p_joint=s.draft_p_joint, label=label, relative_cost=ratio)
         else:
             # Another vocabulary: its own tokens for the same text can be several times the
             # target's (49k-token SmolLM2 on CJK), so its context is twice the target's.
             llm = LLM(path, n_ctx=2 * s.ctx, n_threads=s.threads)
             target_vocab = LLM(self.target_path, vocab_only=True)
-            drafter = TranslatedDrafter(llm, target_vocab, p_min=s.draft_p_min, label=f"{label} (translated)",
+            drafter = TranslatedDrafter(llm, target_vocab, p_min=s.draft_p_min, p_joint=s.draft_p_joint, label=f"{label} (translated)",
                                         relative_cost=ratio)
         self._draft_models[spec] = drafter
         return drafter

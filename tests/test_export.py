@@ -29,6 +29,10 @@ def test_each_drafter_maps_to_llama_servers_own_flags():
     args, _ = server_args(settings(draft="qwen", drafter="qwen", draft_path="/m/draft.gguf", draft_p_min=0.75))
     line = " ".join(args)
     assert "-md /m/draft.gguf --spec-draft-n-max 8 --spec-draft-p-min 0.75 --spec-type draft-simple" in line
+    # specdash's joint confidence cut has no llama-server flag: said, not silently dropped
+    args, notes = server_args(settings(draft="qwen", drafter="qwen", draft_path="/m/draft.gguf", draft_p_joint=0.1))
+    assert "p-joint" not in " ".join(args) and any("draft_p_joint 0.1" in n and "no llama-server flag" in n
+                                                    for n in notes)
     args, _ = server_args(settings(draft="chain", draft_path="/m/draft.gguf"))
     assert "--spec-type ngram-simple,draft-simple" in " ".join(args)
     args, notes = server_args(settings(draft="none"))

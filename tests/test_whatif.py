@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import importlib.util
+import math
 import sys
 from pathlib import Path
 
@@ -46,8 +47,10 @@ def small_draft(tmp_path_factory) -> Path:
 
 
 def settings(smol: Path, draft: str, k: int = 0, **kw) -> EngineSettings:
+    """Without the joint confidence cut unless asked: what the draft model drafts after its
+    first wrong token is then known exactly (all K), so drafted counts compare too."""
     return EngineSettings(target=str(smol), draft=draft, k=k, threads=1, ctx=1024, max_tokens=TOKENS,
-                          **{"adaptive": False, **kw})
+                          **{"adaptive": False, "draft_p_joint": 0.0, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +159,60 @@ def test_simulated_acceptance_equals_a_real_greedy_run(kind, k, smol_path, small
         steps, _ = real_run(s, prompt, model=small_draft if kind == "chain" else None)
         sim = simulate(tr, make_drafter(spec, tr, FLAT, s), FLAT, s, name=kind, k=k)
         assert_same_steps(tr, sim, steps, near_ties, f"{kind} K={k} on {prompt[:20]!r}")
+
+
+@pytest.mark.parametrize("p_joint", [0.1, 0.5])
+def test_joint_confidence_cut_is_simulated_where_the_draft_is_on_the_text(p_joint, smol_path, small_draft,
+                                                                         transcripts, near_ties):
+    """With draft_p_joint the draft model stops where the product of its top probabilities
+    falls below the cut. Up to its first wrong token its context is the true prefix, so
+    the simulation cuts at the same place from the teacher-forced probabilities: a step
+    whose draft the cut ended on the text drafts the same count in both. Past a wrong
+    token the simulation's count is an estimate (documented); what is accepted is exact."""
+    s = settings(smol_path, str(small_draft), 8, draft_p_joint=p_joint)
+    cut_on_text = 0
+    for prompt, tr in zip(PROMPTS, transcripts):
+        steps, _ = real_run(s, prompt)
+        sim = simulate(tr, make_drafter(str(small_draft), tr, FLAT, s), FLAT, s, name="model", k=8)
+        n = agreeing_steps(tr, steps, near_ties, f"p_joint {p_joint} on {prompt[:20]!r}")
+        ties = set(tr.near_ties().get("draft", []))
+        p = 0
+        for i, (ev, (k, drafted, acc, _, _)) in enumerate(zip(steps[:n], sim.trace)):
+            what = f"p_joint {p_joint} on {prompt[:20]!r} step {i + 1} at token {p}"
+            m = min(drafted, ev.drafted)
+            # The product at the token one side drafted and the other did not: near the
+            # threshold, rounding tips the cut (the teacher-forced pass decodes in one
+            # batch, the drafter one token at a time: ~1% per probability on this Q4_0).
+            at_cut = float(tr.draft.top_p[p : p + m + 1].prod())
+            tie = bool(set(range(p, p + max(drafted, ev.drafted) + 1)) & ties) or (
+                drafted != ev.drafted and abs(math.log(at_cut / p_joint)) < 0.015 * (m + 1))
+            if drafted != ev.drafted and min(acc, ev.accepted) >= m:  # a cut on the text
+                assert tie, f"{what}: real drafted {ev.drafted}, simulated {drafted}"
+                near_ties.append(f"whatif {what}: the cut differs at a near-tie")
+                break
+            if ev.accepted != acc:
+                assert tie, f"{what}: real accepted {ev.accepted}/{ev.drafted}, simulated {acc}/{drafted}"
+                near_ties.append(f"whatif {what}: acceptance differs at a near-tie")
+                break  # the paths part here
+            cut_on_text += acc == drafted == ev.drafted < k
+            p += acc + 1
+    assert cut_on_text > 0, "no draft was cut on the text: the test compared nothing"
+
+
+def test_joint_confidence_cut_stops_where_the_product_falls_below_it():
+    from specdash.engine.drafters.draft_model import JointCut
+
+    probs = [0.9, 0.8, 0.5, 0.99, 0.2]
+    def drafted(p_min: float, p_joint: float) -> int:
+        cut = JointCut(p_min, p_joint)
+        return next((i for i, q in enumerate(probs) if cut.stop(q)), len(probs))
+    assert drafted(0.0, 0.0) == 5 and not JointCut(0.0, 0.0).active
+    assert drafted(0.0, 0.5) == 2  # 0.9, 0.72, then 0.36 < 0.5
+    assert drafted(0.0, 0.3) == 4  # 0.36, 0.356, then 0.071 < 0.3
+    assert drafted(0.0, 1.0) == 1  # the first token is always drafted
+    assert drafted(0.6, 0.0) == 2  # llama.cpp's per-token cut: stops before 0.5
+    assert drafted(0.95, 0.0) == 0  # ... and may cut the first token too
+    assert drafted(0.6, 0.8) == 1  # both: whichever stops first
 
 
 class Recorder(CostModelController):

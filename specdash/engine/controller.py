@@ -11,9 +11,13 @@ Two controllers behind one interface (KController):
 Both count acceptance over tokens actually drafted: a drafter that returns fewer than K
 tokens (prompt lookup found no match) has not been rejected.
 
-The draft-model confidence cut (llama.cpp's --draft-p-min, settings.draft_p_min) lives
-in the draft-model drafter: it shortens drafts the draft model itself doubts, inside the
-K chosen here; the controller sees it as shorter drafts with higher acceptance.
+The draft-model confidence cuts (llama.cpp's --draft-p-min, settings.draft_p_min, and
+the joint cut, settings.draft_p_joint) live in the draft-model drafter: they shorten
+drafts the draft model itself doubts, inside the K chosen here; the controller sees them
+as shorter drafts with higher acceptance. It does not price the cut yet: rates() costs
+a K as K drafted tokens, where the joint cut drafts fewer, so it picks shorter K than a
+cut-aware cost would (whatif: the best fixed K with the cut is 26-32 on texts where
+adaptive settles lower).
 """
 
 from __future__ import annotations

@@ -9,8 +9,11 @@ is what it drafts as long as its own context is the true prefix, i.e. up to the 
 rejected token. Adaptive K runs the engine's own propose_adaptive and controller.
 
 Not modelled: drafts running past an end-of-generation token (the text after it is
-unknown, so they count as rejected there) and, with draft_p_min > 0, the draft's
-confidence after its first wrong token (it is assumed to keep drafting).
+unknown, so they count as rejected there) and the draft's confidence after its first
+wrong token: with draft_p_joint > 0 its teacher-forced confidence on the true text
+stands in for it (for both cuts); with draft_p_min alone it is assumed to keep drafting.
+Either way only the count of rejected tokens drafted after that point can differ,
+never what is accepted.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from specdash.engine.controller import KController
 from specdash.engine.detector import ContentDetector
 from specdash.engine.drafters.base import Borrowed, Draft, Drafter, NoDrafter
 from specdash.engine.drafters.chain import ChainDrafter
-from specdash.engine.drafters.draft_model import common_prefix
+from specdash.engine.drafters.draft_model import JointCut, common_prefix
 from specdash.engine.drafters.lookup import PromptLookupDrafter
 from specdash.engine.drafters.suffix import SuffixDrafter
 from specdash.engine.engine import Engine
@@ -102,8 +105,9 @@ class SimDraftModel:
     free = False
 
     def __init__(self, tr: Transcript, forced: Forced, profile: Profile, label: str,
-                 p_min: float = 0.0, replay: Replay | None = None):
+                 p_min: float = 0.0, replay: Replay | None = None, p_joint: float = 0.0):
         self.forced, self.profile, self.label, self.p_min = forced, profile, label, p_min
+        self.p_joint = p_joint
         self.seq, self.n_prompt = tr.seq, len(tr.prompt)
         self.relative_cost = profile.draft_price()
         self.replay = replay
@@ -150,14 +154,18 @@ class SimDraftModel:
         decodes = 0
         j0 = len(tokens) - self.n_prompt  # text position of the first drafted token
         argmax, top = self.forced.argmax, self.forced.top_p
+        cut = JointCut(self.p_min, self.p_joint)
         for i in range(k):
             j = j0 + i
             if on_text and j < len(argmax):
                 tok = int(argmax[j])
-                if self.p_min > 0 and top[j] < self.p_min:
+                if cut.active and cut.stop(float(top[j])):
                     break
             else:
                 tok = -1 - i  # its context left the text: unknown, and rejected anyway
+                # Its confidence there is unknown too: the text's stands in (p_joint only).
+                if self.p_joint > 0 and cut.stop(float(top[j]) if j < len(top) else 1.0):
+                    break
             if on_text and (j >= len(self.seq) or tok != self.seq[j]):
                 on_text = False
             out.append(tok)
@@ -232,7 +240,8 @@ def make_drafter(kind: str, tr: Transcript, profile: Profile, settings: EngineSe
     # model and suffix memory), so what the engine sees through the loan, this sees too.
     def model() -> Drafter:
         assert tr.draft is not None and tr.draft_name is not None
-        return Borrowed(SimDraftModel(tr, tr.draft, profile, tr.draft_name, settings.draft_p_min, replay))
+        return Borrowed(SimDraftModel(tr, tr.draft, profile, tr.draft_name, settings.draft_p_min, replay,
+                                      settings.draft_p_joint))
 
     lookup = lambda: TimedFree(PromptLookupDrafter(settings.lookup_min_ngram, settings.lookup_max_ngram), fixed)  # noqa: E731
     suffix = lambda: Borrowed(TimedFree(SuffixDrafter(), fixed))  # noqa: E731

@@ -36,6 +36,7 @@ import llama_cpp as ll
 import numpy as np
 
 from specdash.engine.drafters.base import Draft, Drafter
+from specdash.engine.drafters.draft_model import JointCut, top_prob
 from specdash.engine.llm import LLM
 from specdash.engine.settings import SamplingParams
 
@@ -124,13 +125,14 @@ class TranslatedDrafter:
     free = False
 
     def __init__(self, llm: LLM, target_vocab: LLM, p_min: float = 0.0, label: str | None = None,
-                 relative_cost: float | None = None):
+                 relative_cost: float | None = None, p_joint: float = 0.0):
         """llm: the draft model (its own context). target_vocab: the target's vocabulary
         (a vocab_only load is enough; this drafter owns and closes it)."""
         self.llm = llm
         self.draft = Vocabulary(llm)
         self.target = Vocabulary(target_vocab)
-        self.p_min = p_min  # draft confidence cut, as for a same-vocabulary draft model
+        self.p_min = p_min  # draft confidence cuts, as for a same-vocabulary draft model
+        self.p_joint = p_joint
         self.label = label or llm.path.stem
         self.relative_cost = relative_cost
         self._bos: list[int] = [llm.bos] if llm.add_bos and llm.bos >= 0 else []
@@ -308,6 +310,7 @@ class TranslatedDrafter:
         d, ends = self._d, self._d_end
         out: list[int] = []
         ended = False
+        cut = JointCut(self.p_min, self.p_joint)
         for i in range(kd):
             # The draft's argmax whether or not the target samples: verification with q
             # one-hot accepts it with probability p(token), highest for the likeliest.
@@ -315,7 +318,7 @@ class TranslatedDrafter:
             if self.draft.is_special(tok):
                 ended = True  # nothing after an end token, and no specials across vocabularies
                 break
-            if self.p_min > 0 and _top_prob(logits) < self.p_min:
+            if cut.active and cut.stop(top_prob(logits)):
                 break
             out.append(tok)
             if i + 1 < kd:  # the last draft token needs no forward pass of its own
@@ -362,8 +365,3 @@ class TranslatedDrafter:
     def close(self) -> None:
         self.llm.close()
         self.target.llm.close()
-
-
-def _top_prob(logits: np.ndarray) -> float:
-    m = float(logits.max())
-    return 1.0 / float(np.exp(logits - m, dtype=np.float64).sum())
