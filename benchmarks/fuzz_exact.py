@@ -114,8 +114,10 @@ class Pair:
         from specdash.engine.settings import EngineSettings
 
         # Starting with the draft model makes it the chain's model from the first chain on.
+        # No joint confidence cut: the tiny fixtures' drafts are unsure of every token, so
+        # it would stop each after one, and no draft would be taken back part-way.
         return EngineSettings(target=self.target, draft=self.draft_model or "lookup", k=4, adaptive=False, threads=self.threads, ctx=self.ctx,
-                              max_tokens=max_tokens, raw=self.raw)
+                              max_tokens=max_tokens, raw=self.raw, draft_p_joint=0.0)
 
 
 def make_small_draft(folder: Path) -> Path:
