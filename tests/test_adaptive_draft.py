@@ -161,3 +161,37 @@ def test_catch_up_is_part_of_every_drafter_and_a_chain_owes_what_its_model_owes(
 
     propose_adaptive(Borrowed(chain), COPY[:5], Recording(trim_to=0, k=0), "", 8, SP, RNG)
     assert seen == [10.0]
+
+
+def test_the_session_tells_adaptive_k_that_the_joint_cut_makes_k_a_ceiling(smol_path):
+    """The joint cut (draft_p_joint) lives in the draft model, behind the session's loan
+    and inside chains; the controller leans to bigger K only if it is told. Built by the
+    session from settings and run, the engine must tell it: yes for the draft model and
+    for a chain holding it, no for lookup alone or with the cut off."""
+    from specdash.engine.controller import CostModelController
+    from specdash.engine.drafters.base import model_price
+    from specdash.engine.settings import EngineSettings
+    from specdash.session import Session
+
+    class Told(CostModelController):
+        def __init__(self):
+            super().__init__(k_min=0, k_max=8)
+            self.told: list[bool] = []
+
+        def price_draft(self, relative_cost, k_ceiling=False):
+            self.told.append(k_ceiling)
+            super().price_draft(relative_cost, k_ceiling)
+
+    for p_joint in (0.1, 0.0):
+        ctl = Told()
+        settings = EngineSettings(target=str(smol_path), draft=str(smol_path), adaptive=True, k=2,
+                                  threads=2, ctx=512, max_tokens=4, draft_p_joint=p_joint)
+        session = Session(settings, controller=ctl)
+        try:
+            list(session.run("Count to five."))
+            assert ctl.told and ctl.told[-1] is (p_joint > 0)
+            assert isinstance(session.engine.drafter, Borrowed)
+            assert model_price(session.make_drafter("chain"))[1] is (p_joint > 0)
+            assert model_price(session.make_drafter("lookup")) == (None, False)  # no model part
+        finally:
+            session.close()

@@ -464,3 +464,35 @@ def test_long_runs_are_priced_by_the_posterior_not_the_point_estimate():
         ctl.observe(4, 4, 3, 4.0, flat_verify_ms(5), 0.2, "code")
     a = ctl.alpha("code")
     assert ctl.curve("code")[1][8] == pytest.approx(a ** 8, rel=0.1)
+
+
+def test_with_k_only_a_ceiling_the_biggest_k_within_tolerance_of_the_best_is_chosen():
+    """A draft model with the joint confidence cut ends the drafts it doubts, so K only
+    caps them and a bigger K costs less than rates() prices it: told so (price_draft),
+    the controller takes the biggest K whose predicted rate is within `ceiling_tol` of the
+    best. Untold, or with nothing worth drafting, it chooses as before."""
+    def trained(k_ceiling: bool, **kw) -> CostModelController:
+        ctl = CostModelController(k_min=0, k_max=32, **kw)
+        ctl.price_draft(0.05, k_ceiling)
+        measured_plain(ctl, flat_verify_ms)
+        for accepted in (3, 1, 4, 2, 0, 4, 3, 1):  # drafts of 4: acceptance ~0.6
+            ctl.observe(4, 4, accepted, 4.0, flat_verify_ms(5), 0.2, "prose")
+        return ctl
+
+    plain_rule = trained(False)
+    k_plain, _ = plain_rule.choose("prose")
+    ceiling = trained(True)
+    k_ceiling, why = ceiling.choose("prose")
+    rates = ceiling.rates("prose")
+    top = max(rates.values())
+    assert 0 < k_plain < k_ceiling  # leans to the bigger K
+    assert rates[k_ceiling] >= 0.95 * top
+    assert all(rates[k] < 0.95 * top for k in rates if k > k_ceiling)  # the biggest such K
+    assert "E/c best" in why
+    best = max(rates, key=rates.__getitem__)
+    assert trained(True, ceiling_tol=0.0).choose("prose")[0] == best < k_ceiling  # no tolerance, no lean
+
+    costly = CostModelController(k_min=0, k_max=32)
+    costly.seed_costs({1: 40.0, 2: 64.0, 3: 88.0, 5: 144.0, 9: 281.0, 17: 317.0})
+    costly.price_draft(0.44, True)
+    assert costly.choose("code")[0] == 0  # nothing worth drafting: K=0 stays K=0

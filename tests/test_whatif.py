@@ -229,9 +229,9 @@ class Recorder(CostModelController):
         self.seed = dict(ms)
         super().seed_costs(ms)
 
-    def price_draft(self, relative_cost):
+    def price_draft(self, relative_cost, k_ceiling=False):
         self.prices.append(relative_cost)
-        super().price_draft(relative_cost)
+        super().price_draft(relative_cost, k_ceiling)
 
     def choose(self, content, catch_up_ms=0.0):
         self.catch_up.append(catch_up_ms)

@@ -22,7 +22,7 @@ from specdash import events as E
 from specdash.engine.adaptive_draft import propose_adaptive
 from specdash.engine.controller import KController
 from specdash.engine.detector import Detector
-from specdash.engine.drafters.base import Drafter
+from specdash.engine.drafters.base import Drafter, model_price
 from specdash.engine.experts import expert_info, expert_key
 from specdash.engine.llm import LLM
 from specdash.engine.rollback import Rollback, calibrate
@@ -252,9 +252,7 @@ class Engine:
         """Tell the controller what the drafter's model parts should cost, so it can
         refuse a probe that could not pay even at 95% acceptance."""
         assert self.controller is not None
-        costs = [p.relative_cost for p in self.drafter.parts() if not p.free]
-        known = [c for c in costs if c is not None]
-        self.controller.price_draft(max(known) if known and len(known) == len(costs) else None)
+        self.controller.price_draft(*model_price(self.drafter))
 
     def _drain(self) -> Iterator[Event]:
         """Apply queued commands; while paused, block until resumed or stopped."""

@@ -29,7 +29,7 @@ import numpy as np
 from specdash.engine.adaptive_draft import propose_adaptive
 from specdash.engine.controller import KController
 from specdash.engine.detector import ContentDetector
-from specdash.engine.drafters.base import Borrowed, Draft, Drafter, NoDrafter
+from specdash.engine.drafters.base import Borrowed, Draft, Drafter, NoDrafter, model_price
 from specdash.engine.drafters.chain import ChainDrafter
 from specdash.engine.drafters.draft_model import JointCut, common_prefix
 from specdash.engine.drafters.lookup import PromptLookupDrafter
@@ -63,6 +63,7 @@ class TimedFree:
         self.inner = inner
         self.name, self.label, self.free = inner.name, inner.label, inner.free
         self.relative_cost = inner.relative_cost
+        self.k_ceiling = inner.k_ceiling
         self.fixed_ms = fixed_ms
         self.spent = 0.0
         self.prep = 0.0
@@ -110,6 +111,7 @@ class SimDraftModel:
         self.p_joint = p_joint
         self.seq, self.n_prompt = tr.seq, len(tr.prompt)
         self.relative_cost = profile.draft_price()
+        self.k_ceiling = p_joint > 0
         self.replay = replay
         self._kv: list[int] = []
         self._committed = 0
@@ -259,13 +261,6 @@ def make_drafter(kind: str, tr: Transcript, profile: Profile, settings: EngineSe
     return model()
 
 
-def _price(drafter: Drafter) -> float | None:
-    """Engine._price_drafter's rule."""
-    costs = [p.relative_cost for p in drafter.parts() if not p.free]
-    known = [c for c in costs if c is not None]
-    return max(known) if known and len(known) == len(costs) else None
-
-
 def simulate(tr: Transcript, drafter: Drafter, profile: Profile, settings: EngineSettings, *,
              name: str, k: int | None = None, controller: KController | None = None,
              replay: Replay | None = None) -> SimResult:
@@ -285,7 +280,8 @@ def simulate(tr: Transcript, drafter: Drafter, profile: Profile, settings: Engin
     parts = [p for p in parts if hasattr(p, "spent")]
     if controller is not None:
         controller.new_prompt()
-        controller.price_draft(replay.price if replay is not None else _price(drafter))
+        price, ceiling = model_price(drafter)
+        controller.price_draft(replay.price if replay is not None else price, ceiling)
         if controller.needs_costs():
             if replay is not None and replay.seed is not None:
                 controller.seed_costs(replay.seed)

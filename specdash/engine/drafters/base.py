@@ -54,6 +54,13 @@ class Drafter(Protocol):
     # size over the target's), for pricing a probe before paying it; None = unknown.
     relative_cost: float | None
 
+    @property
+    def k_ceiling(self) -> bool:
+        """True when K is only a ceiling: the drafter ends drafts it doubts on its own (a
+        draft model with the joint confidence cut), so a bigger K costs less than K
+        drafted tokens. Adaptive K then leans to the bigger K (controller.price_draft)."""
+        ...
+
     def parts(self) -> Sequence[Drafter]:
         """The sources adaptive mode judges one by one: a chain's members, else [self]."""
         ...
@@ -92,6 +99,17 @@ class Drafter(Protocol):
         ...
 
 
+def model_price(drafter: Drafter) -> tuple[float | None, bool]:
+    """What adaptive K is told about a drafter's model parts (controller.price_draft): a
+    drafted token's cost relative to a target step, the dearest part's, None unless every
+    model part knows its own; and whether K is only a ceiling for all of them."""
+    models = [p for p in drafter.parts() if not p.free]
+    costs = [p.relative_cost for p in models]
+    known = [c for c in costs if c is not None]
+    price = max(known) if known and len(known) == len(costs) else None
+    return price, bool(models) and all(p.k_ceiling for p in models)
+
+
 class NoDrafter:
     """K=0 everywhere: plain decoding through the same loop."""
 
@@ -99,6 +117,7 @@ class NoDrafter:
     label = "none"
     free = True
     relative_cost: float | None = 0.0
+    k_ceiling = False
 
     def parts(self) -> Sequence[Drafter]:
         return [self]
@@ -133,6 +152,10 @@ class Borrowed:
         self.label = inner.label
         self.free = inner.free
         self.relative_cost = inner.relative_cost
+
+    @property
+    def k_ceiling(self) -> bool:
+        return self.inner.k_ceiling
 
     def parts(self) -> Sequence[Drafter]:
         inner = self.inner.parts()

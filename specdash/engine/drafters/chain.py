@@ -25,6 +25,7 @@ class ChainDrafter:
     # on its own (engine/adaptive_draft.py) through `sources`.
     free = False
     relative_cost: float | None = None  # judged per part
+    k_ceiling = False  # judged per part
 
     def __init__(self, sources: Sequence[Drafter]):
         if not sources:

@@ -21,6 +21,10 @@ class DraftModelDrafter:
     def parts(self) -> Sequence[Drafter]:
         return [self]
 
+    @property
+    def k_ceiling(self) -> bool:
+        return self.p_joint > 0  # the joint cut ends drafts before K (JointCut)
+
     def __init__(self, llm: LLM, p_min: float = 0.0, label: str | None = None,
                  relative_cost: float | None = None, p_joint: float = 0.0):
         self.llm = llm

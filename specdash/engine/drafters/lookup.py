@@ -89,6 +89,7 @@ class PromptLookupDrafter:
     label = "lookup"
     free = True
     relative_cost: float | None = 0.0
+    k_ceiling = False
 
     def parts(self) -> Sequence[Drafter]:
         return [self]

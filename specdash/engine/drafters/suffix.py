@@ -85,6 +85,7 @@ class SuffixDrafter:
     label = "suffix"
     free = True
     relative_cost: float | None = 0.0
+    k_ceiling = False
 
     def parts(self) -> Sequence[Drafter]:
         return [self]

@@ -150,6 +150,10 @@ class TranslatedDrafter:
         self._token_ms = 0.0  # ms per draft token of a catch-up batch (EMA)
         self._prep_ms = 0.0
 
+    @property
+    def k_ceiling(self) -> bool:
+        return self.p_joint > 0  # the joint cut ends drafts before K (JointCut)
+
     def parts(self) -> Sequence[Drafter]:
         return [self]
 
