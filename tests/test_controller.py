@@ -488,7 +488,7 @@ def test_with_k_only_a_ceiling_the_biggest_k_within_tolerance_of_the_best_is_cho
     assert 0 < k_plain < k_ceiling  # leans to the bigger K
     assert rates[k_ceiling] >= 0.95 * top
     assert all(rates[k] < 0.95 * top for k in rates if k > k_ceiling)  # the biggest such K
-    assert "E/c best" in why
+    assert f"up to K={k_ceiling}: the cut ends doubtful drafts" in why
     best = max(rates, key=rates.__getitem__)
     assert trained(True, ceiling_tol=0.0).choose("prose")[0] == best < k_ceiling  # no tolerance, no lean
 

@@ -532,14 +532,18 @@ class CostModelController:
             # when the text turns predictable. So the biggest K within `ceiling_tol` of the
             # best. whatif, 9 texts x 3 profiles x 4 drafters, joint cut 0.1: adaptive within
             # 5% of the hindsight oracle in 103 cases of 108, against 95 without this.
-            best = max(best, max(k for k, r in rates.items() if r >= top * (1.0 - self.ceiling_tol)))
+            lean = max(k for k, r in rates.items() if r >= top * (1.0 - self.ceiling_tol))
+        else:
+            lean = best
         a = self.alpha(content)
         label = content or "text"
         if best > 0:
             self._zero_steps = 0
             self._probe_interval = self.probe_every
-            gain = f", ~{rates[best] / rates[0]:.2f}x plain" if 0 in rates else ""
-            return self._hold(best), f"α={a:.2f} {label}: E/c best at K={best}{gain}"
+            k = max(best, lean)
+            gain = f", ~{rates[k] / rates[0]:.2f}x plain" if 0 in rates else ""
+            ceiling = f", up to K={k}: the cut ends doubtful drafts" if k > best else ""
+            return self._hold(k), f"α={a:.2f} {label}: E/c best at K={best}{ceiling}{gain}"
 
         self._k = 0
         self._zero_steps += 1
