@@ -373,10 +373,12 @@ class Engine:
         from_draft = [True] * n_acc + [False]
         run.tokens.extend(committed)
 
-        # End of generation can fall inside the accepted run: cut there.
+        # End of generation can fall inside the accepted run: cut there. Drafted tokens the
+        # target went on to match after it are no text of this run: not accepted either.
         for i, tok in enumerate(committed):
             if target.is_eog(tok):
                 committed, from_draft = committed[:i], from_draft[:i]
+                n_acc = min(n_acc, i + 1)
                 run.stop_reason = "eos"
                 break
         if run.generated + len(committed) > run.max_tokens:

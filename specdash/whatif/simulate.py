@@ -8,9 +8,9 @@ history; the draft model is replaced by its teacher-forced argmax (SimDraftModel
 is what it drafts as long as its own context is the true prefix, i.e. up to the first
 rejected token. Adaptive K runs the engine's own propose_adaptive and controller.
 
-Not modelled: drafts running past an end-of-generation token (the text after it is
-unknown, so they count as rejected there) and the draft's confidence after its first
-wrong token: with draft_p_joint > 0 its teacher-forced confidence on the true text
+A draft running past the end-of-generation token counts as accepted up to and including
+it, as in the engine (the text after it is no text of the run). Not modelled: the
+draft's confidence after its first wrong token: with draft_p_joint > 0 its teacher-forced confidence on the true text
 stands in for it (for both cuts); with draft_p_min alone it is assumed to keep drafting.
 Either way only the count of rejected tokens drafted after that point can differ,
 never what is accepted.
