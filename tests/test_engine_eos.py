@@ -11,43 +11,23 @@ from specdash.engine.engine import Engine
 from specdash.engine.llm import LLM
 from specdash.engine.settings import EngineSettings
 from specdash.events import StepEvent, Summary
+from test_engine_exact import _WrongDrafter
 
 PROMPT = "Answer with one word: what colour is the sky on a clear day?"
 AFTER = 3  # tokens drafted beyond the end token
 
 
-class Scripted:
+class Scripted(_WrongDrafter):
     """Proposes a fixed continuation once (what the test computed the target will say)."""
 
     name = label = "scripted"
-    free = True
-    relative_cost = 0.0
-    k_ceiling = False
 
     def __init__(self, tokens: list[int]):
         self.tokens = tokens
 
-    def parts(self):
-        return [self]
-
     def propose(self, tokens, k, sampling, rng):
         out, self.tokens = self.tokens[:k], []
         return Draft(out, None, self.name)
-
-    def catch_up_ms(self, tokens):
-        return 0.0
-
-    def prefill(self, tokens):
-        pass
-
-    def reset(self):
-        pass
-
-    def forget(self):
-        pass
-
-    def close(self):
-        pass
 
 
 def _argmax_rows(target: LLM, prompt: list[int], draft: list[int]) -> list[int]:
