@@ -259,7 +259,9 @@ class CostModelController:
     draft model catches up at ~1/10 of a target step per token, unbudgeted probes every
     16-64 steps cost adaptive K a tenth or more of plain speed. A new K must beat the
     current one by `hysteresis` (relative) to replace it, so measurement noise does not
-    flip K.
+    flip K. For a drafter that ends the drafts it doubts (price_draft's k_ceiling: the
+    draft model's joint cut), K is a ceiling, and the biggest K predicted within
+    `ceiling_tol` of the best is taken instead (see choose).
 
     Costs alone can rule a draft model out: when even 95% acceptance (or the best
     measured, if higher) would not beat plain decoding at any K, with the cheapest draft
