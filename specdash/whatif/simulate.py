@@ -10,10 +10,10 @@ rejected token. Adaptive K runs the engine's own propose_adaptive and controller
 
 A draft running past the end-of-generation token counts as accepted up to and including
 it, as in the engine (the text after it is no text of the run). Not modelled: the
-draft's confidence after its first wrong token: with draft_p_joint > 0 its teacher-forced confidence on the true text
-stands in for it (for both cuts); with draft_p_min alone it is assumed to keep drafting.
-Either way only the count of rejected tokens drafted after that point can differ,
-never what is accepted.
+draft's confidence after its first wrong token: with draft_p_joint > 0 its
+teacher-forced confidence on the true text stands in for it (for both cuts); with
+draft_p_min alone it is assumed to keep drafting. Either way only the count of rejected
+tokens drafted after that point can differ, never what is accepted.
 """
 
 from __future__ import annotations
