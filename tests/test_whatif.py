@@ -161,17 +161,50 @@ def test_simulated_acceptance_equals_a_real_greedy_run(kind, k, smol_path, small
         assert_same_steps(tr, sim, steps, near_ties, f"{kind} K={k} on {prompt[:20]!r}")
 
 
+def with_off_text(tr: Transcript, draft: Path, p_joint: float) -> Transcript:
+    """The transcript with the draft model's own continuation after each wrong token
+    (transcript.off_text), as whatif builds it when a cut is set."""
+    from specdash.engine.llm import LLM
+    from specdash.whatif.transcript import off_text
+
+    assert tr.draft is not None
+    llm = LLM(draft, n_ctx=1024, n_threads=1)
+    try:
+        off = off_text(llm, tr.prompt, tr.seq, tr.draft, 0.0, p_joint, 7)
+    finally:
+        llm.close()
+    return dataclasses.replace(tr, draft=dataclasses.replace(tr.draft, off_text=off))
+
+
+def sim_confidences(tr: Transcript, p: int, n: int) -> list[float]:
+    """The confidences the simulation cuts a draft starting at text position p by: the
+    teacher-forced ones up to its first wrong token, its own continuation after it."""
+    assert tr.draft is not None and tr.draft.off_text is not None
+    out, left = [], -1
+    for j in range(p, p + n):
+        if left < 0:
+            out.append(float(tr.draft.top_p[j]) if j < len(tr.draft.top_p) else 1.0)
+            if j >= len(tr.seq) or int(tr.draft.argmax[j]) != tr.seq[j]:
+                left = j
+        else:
+            own = tr.draft.off_text.get(left)
+            out.append(float(own[j - left - 1]) if own is not None and j - left - 1 < len(own) else 1.0)
+    return out
+
+
 @pytest.mark.parametrize("p_joint", [0.1, 0.5])
-def test_joint_confidence_cut_is_simulated_where_the_draft_is_on_the_text(p_joint, smol_path, small_draft,
-                                                                         transcripts, near_ties):
+def test_joint_confidence_cut_is_simulated_on_and_off_the_text(p_joint, smol_path, small_draft,
+                                                             transcripts, near_ties):
     """With draft_p_joint the draft model stops where the product of its top probabilities
     falls below the cut. Up to its first wrong token its context is the true prefix, so
-    the simulation cuts at the same place from the teacher-forced probabilities: a step
-    whose draft the cut ended on the text drafts the same count in both. Past a wrong
-    token the simulation's count is an estimate (documented); what is accepted is exact."""
+    the simulation cuts at the same place from the teacher-forced probabilities; after
+    it, from the draft model's own continuation of its wrong token (off_text), which is
+    what the drafter decodes. So every step drafts the same count in both, near-ties and
+    products within rounding of the threshold aside, and accepts the same."""
     s = settings(smol_path, str(small_draft), 8, draft_p_joint=p_joint)
-    cut_on_text = 0
-    for prompt, tr in zip(PROMPTS, transcripts):
+    cut_on_text = cut_off_text = 0
+    for prompt, tr0 in zip(PROMPTS, transcripts):
+        tr = with_off_text(tr0, small_draft, p_joint)
         steps, _ = real_run(s, prompt)
         sim = simulate(tr, make_drafter(str(small_draft), tr, FLAT, s), FLAT, s, name="model", k=8)
         n = agreeing_steps(tr, steps, near_ties, f"p_joint {p_joint} on {prompt[:20]!r}")
@@ -183,20 +216,63 @@ def test_joint_confidence_cut_is_simulated_where_the_draft_is_on_the_text(p_join
             # The product at the token one side drafted and the other did not: near the
             # threshold, rounding tips the cut (the teacher-forced pass decodes in one
             # batch, the drafter one token at a time: ~1% per probability on this Q4_0).
-            at_cut = float(tr.draft.top_p[p : p + m + 1].prod())
+            at_cut = math.prod(sim_confidences(tr, p, m + 1))
             tie = bool(set(range(p, p + max(drafted, ev.drafted) + 1)) & ties) or (
                 drafted != ev.drafted and abs(math.log(at_cut / p_joint)) < 0.015 * (m + 1))
-            if drafted != ev.drafted and min(acc, ev.accepted) >= m:  # a cut on the text
-                assert tie, f"{what}: real drafted {ev.drafted}, simulated {drafted}"
-                near_ties.append(f"whatif {what}: the cut differs at a near-tie")
-                break
             if ev.accepted != acc:
                 assert tie, f"{what}: real accepted {ev.accepted}/{ev.drafted}, simulated {acc}/{drafted}"
                 near_ties.append(f"whatif {what}: acceptance differs at a near-tie")
                 break  # the paths part here
-            cut_on_text += acc == drafted == ev.drafted < k
+            if drafted != ev.drafted:
+                assert tie, f"{what}: real drafted {ev.drafted}, simulated {drafted} (accepted {acc})"
+                near_ties.append(f"whatif {what}: the cut differs at a near-tie")
+            elif drafted < k:  # the cut ended this draft, at the same token in both
+                cut_on_text += acc == drafted
+                cut_off_text += acc < drafted  # decided after its wrong token: by off_text
             p += acc + 1
     assert cut_on_text > 0, "no draft was cut on the text: the test compared nothing"
+    assert cut_off_text > 0, "no draft was cut after its first wrong token: off_text was not tested"
+
+
+@pytest.mark.slow
+def test_the_cut_after_a_wrong_token_follows_the_draft_models_own_continuation(target_path, draft_path,
+                                                                              near_ties):
+    """The default pair, where the draft is wrong at real disagreements, not only at
+    near-ties: after a wrong token the real draft model drafts on from its own context,
+    and the joint cut stops it by its own confidence there. whatif follows that
+    continuation (transcript.off_text), so each step drafts as many tokens as the real
+    run. With the text's confidence standing in (before off_text) 5 of the first 11 steps
+    here drafted another count than the real run; following the continuation, none."""
+    prompt = ("Explain what this SQL query does, clause by clause, then rewrite it with a CTE:\n"
+              "SELECT c.name, COUNT(o.id) AS orders, SUM(o.total) AS spent FROM customers c "
+              "JOIN orders o ON o.customer_id = c.id WHERE o.created_at >= '2024-01-01' "
+              "GROUP BY c.name HAVING COUNT(o.id) > 3 ORDER BY spent DESC LIMIT 10;")
+    s = EngineSettings(target=str(target_path), draft=str(draft_path), k=8, threads=2, ctx=1024, max_tokens=64,
+                       adaptive=False, draft_p_joint=0.1)
+    tr, (session, _) = from_prompt(s, prompt, str(draft_path), lambda m: None)
+    session.close()
+    assert tr.draft is not None and tr.draft.off_text, "no wrong draft token to follow"
+    steps, _ = real_run(s, prompt)
+    sim = simulate(tr, make_drafter(str(draft_path), tr, FLAT, s), FLAT, s, name="model", k=8)
+    n = agreeing_steps(tr, steps, near_ties, f"default pair p_joint 0.1 on {prompt[:20]!r}")
+    ties = set(tr.near_ties().get("draft", []))
+    p = followed = 0
+    for i, (ev, (k, drafted, acc, _, _)) in enumerate(zip(steps[:n], sim.trace)):
+        what = f"default pair, step {i + 1} at token {p}"
+        window = set(range(p, p + max(drafted, ev.drafted) + 1))
+        at_cut = math.prod(sim_confidences(tr, p, min(drafted, ev.drafted) + 1))
+        tie = bool(window & ties) or abs(math.log(at_cut / 0.1)) < 0.015 * (min(drafted, ev.drafted) + 1)
+        assert ev.accepted == acc or tie, f"{what}: real accepted {ev.accepted}, simulated {acc}"
+        if ev.accepted != acc:
+            near_ties.append(f"whatif {what}: acceptance differs at a near-tie")
+            break
+        if drafted != ev.drafted:
+            assert tie, f"{what}: real drafted {ev.drafted}, simulated {drafted} (accepted {acc})"
+            near_ties.append(f"whatif {what}: the cut differs at a near-tie")
+        elif acc < drafted < k:
+            followed += 1  # stopped after its wrong token, by its own continuation
+        p += acc + 1
+    assert followed > 0, "no draft was cut after its first wrong token: off_text was not tested"
 
 
 def test_joint_confidence_cut_stops_where_the_product_falls_below_it():

@@ -9,11 +9,12 @@ is what it drafts as long as its own context is the true prefix, i.e. up to the 
 rejected token. Adaptive K runs the engine's own propose_adaptive and controller.
 
 A draft running past the end-of-generation token counts as accepted up to and including
-it, as in the engine (the text after it is no text of the run). Not modelled: the
-draft's confidence after its first wrong token: with draft_p_joint > 0 its
-teacher-forced confidence on the true text stands in for it (for both cuts); with
-draft_p_min alone it is assumed to keep drafting. Either way only the count of rejected
-tokens drafted after that point can differ, never what is accepted.
+it, as in the engine (the text after it is no text of the run). With a confidence cut
+(draft_p_joint, draft_p_min), what the draft model drafts after its first wrong token
+is cut by its own confidence there: transcript.off_text decodes its continuation from
+that token, as the drafter does. Where that was not followed (a recurrent draft model,
+a draft past the end of the text) the text's confidence stands in. Only the count of
+rejected tokens drafted after that point can differ, never what is accepted.
 """
 
 from __future__ import annotations
@@ -153,9 +154,10 @@ class SimDraftModel:
             self._catch_up = per if self._catch_up == 0 else self._catch_up + 0.25 * (per - self._catch_up)
         out: list[int] = []
         on_text = True
+        left = -1  # the text position of its first wrong token
         decodes = 0
         j0 = len(tokens) - self.n_prompt  # text position of the first drafted token
-        argmax, top = self.forced.argmax, self.forced.top_p
+        argmax, top, off = self.forced.argmax, self.forced.top_p, self.forced.off_text
         cut = JointCut(self.p_min, self.p_joint)
         for i in range(k):
             j = j0 + i
@@ -165,11 +167,17 @@ class SimDraftModel:
                     break
             else:
                 tok = -1 - i  # its context left the text: unknown, and rejected anyway
-                # Its confidence there is unknown too: the text's stands in (p_joint only).
-                if self.p_joint > 0 and cut.stop(float(top[j]) if j < len(top) else 1.0):
+                own = off.get(left) if off is not None else None
+                if own is not None and j - left - 1 < len(own):
+                    # Its own continuation's confidence, decoded after its wrong token.
+                    if cut.stop(float(own[j - left - 1])):
+                        break
+                # Not followed (no cut, past the text, a recurrent draft): the text's
+                # confidence stands in (p_joint only).
+                elif self.p_joint > 0 and cut.stop(float(top[j]) if j < len(top) else 1.0):
                     break
             if on_text and (j >= len(self.seq) or tok != self.seq[j]):
-                on_text = False
+                on_text, left = False, j
             out.append(tok)
             if i + 1 < k:
                 decodes += 1

@@ -18,13 +18,15 @@ from typing import Any
 import numpy as np
 
 from specdash import events as E
+from specdash.engine.drafters.draft_model import top_prob
 from specdash.engine.llm import LLM
-from specdash.engine.settings import EngineSettings
+from specdash.engine.settings import K_CAP, EngineSettings
 from specdash.errors import SpecdashError
 
 Say = Callable[[str], None]
 TIE_GAP = 0.5  # logits; the exactness tests' threshold (tests/test_engine_exact.py)
 _CHUNK = 64  # rows of logits per teacher-forced batch (64 x 151k floats = 39 MB)
+OFF_TEXT_DEPTH = K_CAP - 1  # what a draft of K <= K_CAP holds after its first wrong token, at most
 
 
 @dataclass
@@ -35,6 +37,10 @@ class Forced:
     argmax: np.ndarray  # int
     top_p: np.ndarray  # probability of the argmax
     gap: np.ndarray  # top-two logit gap
+    # A draft model only (off_text): after each position j where its argmax is not the
+    # text's token, the top probabilities of its own greedy continuation from that wrong
+    # token on, as far as a confidence cut could let a draft run. None: not computed.
+    off_text: dict[int, np.ndarray] | None = None
 
 
 @dataclass
@@ -92,6 +98,47 @@ def teacher_force(llm: LLM, prompt: Sequence[int], seq: Sequence[int]) -> Forced
         top.append(1.0 / np.exp(logits - m[:, None]).sum(axis=1))
     llm.clear()
     return Forced(np.concatenate(arg), np.concatenate(top), np.concatenate(gap))
+
+
+def off_text(llm: LLM, prompt: Sequence[int], seq: Sequence[int], forced: Forced, p_min: float,
+             p_joint: float, depth: int) -> dict[int, np.ndarray] | None:
+    """Forced.off_text: what the draft model's confidence is once its draft has left the
+    text. A draft that is wrong at position j has the context prompt + seq[:j] + its own
+    token there, wherever it started (every token before j matched the text), so its
+    continuation is a function of j alone: decoded here one token per pass, as the
+    drafter decodes it, until the confidence cuts would stop any draft through j (a
+    token under p_min, or the product from j on under p_joint) or `depth` tokens. Only
+    what a cut decides depends on it (how many rejected tokens a draft holds); None
+    without a cut, or for a recurrent model (its state cannot be cut back to branch)."""
+    if not (p_min > 0 or p_joint > 0) or llm.strategy.kind != "kv":
+        return None
+    feed = [prompt[-1], *seq]
+    base = len(prompt) - 1  # the position of feed[0]
+    llm.clear()
+    llm.prefill(list(prompt[:-1]))
+    fed = 0
+    out: dict[int, np.ndarray] = {}
+    for j in range(len(seq)):
+        tok = int(forced.argmax[j])
+        if tok == seq[j]:
+            continue
+        if fed < j + 1:
+            llm.prefill(feed[fed : j + 1], base + fed)
+            fed = j + 1
+        joint = float(forced.top_p[j])
+        probs: list[float] = []
+        for m in range(depth):
+            row = llm.decode([tok], base + j + 1 + m, logits="last")[0]
+            p = top_prob(row)
+            tok = int(row.argmax())
+            probs.append(p)
+            joint *= p
+            if p < p_min or joint < p_joint:
+                break
+        llm.kv_truncate(base + j + 1)
+        out[j] = np.array(probs)
+    llm.clear()
+    return out
 
 
 def _pieces(target: LLM, seq: Sequence[int]) -> list[bytes]:
@@ -170,6 +217,11 @@ def over_text(target: LLM, prompt: list[int], text: list[int], stop: str, settin
     if draft_llm is not None:
         say(f"teacher-forcing the draft model {model} over {len(seq)} tokens")
         forced = teacher_force(draft_llm, prompt, seq)
+        if settings.draft_p_min > 0 or settings.draft_p_joint > 0:
+            wrong = int((forced.argmax[: len(seq)] != np.asarray(seq)).sum())
+            say(f"following the draft model's own continuation after its {wrong} wrong tokens (its confidence cut)")
+            forced.off_text = off_text(draft_llm, prompt, seq, forced, settings.draft_p_min,
+                                       settings.draft_p_joint, OFF_TEXT_DEPTH)
     return Transcript(prompt=prompt, seq=seq, n_generated=len(text), eos=eos,
                       max_tokens=settings.max_tokens if stop != "max_tokens" else len(text),
                       n_ctx=target.n_ctx, n_batch=target.n_batch, pieces=_pieces(target, seq),
