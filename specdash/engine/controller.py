@@ -528,21 +528,20 @@ class CostModelController:
         top = rates[best]
         if self._k in rates and rates[self._k] >= top * (1.0 - self.hysteresis):
             best = self._k
-        if best > 0 and self._k_ceiling:
-            # K only caps a drafter that ends the drafts it doubts, and rates() prices a K
-            # as K drafted tokens: a bigger K really costs less than priced, and is ready
-            # when the text turns predictable. So the biggest K within `ceiling_tol` of the
-            # best. whatif, 9 texts x 3 profiles x 4 drafters, joint cut 0.1: adaptive within
-            # 5% of the hindsight oracle in 103 cases of 108, against 95 without this.
-            lean = max(k for k, r in rates.items() if r >= top * (1.0 - self.ceiling_tol))
-        else:
-            lean = best
         a = self.alpha(content)
         label = content or "text"
         if best > 0:
             self._zero_steps = 0
             self._probe_interval = self.probe_every
-            k = max(best, lean)
+            k = best
+            if self._k_ceiling:
+                # K only caps a drafter that ends the drafts it doubts, and rates() prices a
+                # K as K drafted tokens: a bigger K really costs less than priced, and is
+                # ready when the text turns predictable. So the biggest K within
+                # `ceiling_tol` of the best. whatif, 9 texts x 3 profiles x 4 drafters, joint
+                # cut 0.1: adaptive within 5% of the hindsight oracle in 103 cases of 108,
+                # against 95 without this.
+                k = max(best, max(kk for kk, r in rates.items() if r >= top * (1.0 - self.ceiling_tol)))
             gain = f", ~{rates[k] / rates[0]:.2f}x plain" if 0 in rates else ""
             ceiling = f", up to K={k}: the cut ends doubtful drafts" if k > best else ""
             return self._hold(k), f"α={a:.2f} {label}: E/c best at K={best}{ceiling}{gain}"

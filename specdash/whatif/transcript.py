@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from specdash import events as E
-from specdash.engine.drafters.draft_model import top_prob
+from specdash.engine.drafters.draft_model import JointCut, top_prob
 from specdash.engine.llm import LLM
 from specdash.engine.settings import K_CAP, EngineSettings
 from specdash.errors import SpecdashError
@@ -125,17 +125,18 @@ def off_text(llm: LLM, prompt: Sequence[int], seq: Sequence[int], forced: Forced
         if fed < j + 1:
             llm.prefill(feed[fed : j + 1], base + fed)
             fed = j + 1
-        joint = float(forced.top_p[j])
+        # The cut as the drafter runs it, from a draft starting at j: the one through j
+        # that stops latest. A wrong token the cut refuses is never drafted: nothing follows.
+        cut = JointCut(p_min, p_joint)
         probs: list[float] = []
-        for m in range(depth):
-            row = llm.decode([tok], base + j + 1 + m, logits="last")[0]
-            p = top_prob(row)
-            tok = int(row.argmax())
-            probs.append(p)
-            joint *= p
-            if p < p_min or joint < p_joint:
-                break
-        llm.kv_truncate(base + j + 1)
+        if not cut.stop(float(forced.top_p[j])):
+            for m in range(depth):
+                row = llm.decode([tok], base + j + 1 + m, logits="last")[0]
+                probs.append(top_prob(row))
+                tok = int(row.argmax())
+                if cut.stop(probs[-1]):
+                    break
+            llm.kv_truncate(base + j + 1)
         out[j] = np.array(probs)
     llm.clear()
     return out
