@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specdash.events import (Command, ContractError, Forget, NewPrompt, Pause, Resume, Seek, SetAdaptive,
-                             SetDrafter, SetExperts, SetK, SetSampling, SetSpeed, Stop)
+                             SetCut, SetDrafter, SetExperts, SetK, SetSampling, SetSpeed, Stop)
 
 # (word, value or None when there was no '=', the whole token for messages) -> (command, pause seconds)
 Parser = Callable[[str, "str | None", str], "tuple[Command, float]"]
@@ -166,6 +166,10 @@ def _parse_experts(word: str, value: str | None, token: str) -> tuple[Command, f
     return SetExperts(_int(_needs(value, token, "experts takes a number: experts=N"))), 0.0
 
 
+def _parse_cut(word: str, value: str | None, token: str) -> tuple[Command, float]:
+    return SetCut(float(_needs(value, token, "cut takes a number: cut=P (0 = off)"))), 0.0
+
+
 def _parse_pause(word: str, value: str | None, token: str) -> tuple[Command, float]:
     if value is None:
         return (Resume() if word == "resume" else Pause()), 0.0
@@ -214,6 +218,12 @@ register(CommandSpec(
 register(CommandSpec(
     "experts", "a MoE target's active experts (reloads it)", (SetExperts,), ("experts",), "experts=N", _parse_experts,
     keys=(Key("e", "e", "set_experts", "experts", "MoE target: number of active experts (reloads the target)"),)))
+register(CommandSpec(
+    "cut", "the draft model's joint confidence cut (draft_p_joint)", (SetCut,), ("cut",), "cut=P", _parse_cut,
+    keys=(Key("c", "c", "set_cut", "cut",
+              "draft model's joint confidence cut: a draft stops where the product of its top-token "
+              "probabilities falls below it (0 = off, 0.1 the default)", footer=False),),
+    unsupported="only the embedded engine drafts with a confidence cut of its own"))
 register(CommandSpec(
     "speed", "a replay's playback speed", (SetSpeed,),
     keys=(Key("left_square_bracket", "[", "slower", "slower", "replay: slower (down to 0.5x)"),

@@ -351,6 +351,17 @@ class SetExperts:
 
 
 @dataclass(frozen=True, slots=True)
+class SetCut:
+    """The draft model's joint confidence cut (settings.draft_p_joint): a draft stops
+    where the product of its top-token probabilities falls below it; 0 = off."""
+
+    p_joint: float
+
+    def text(self) -> str:
+        return f"cut={self.p_joint:g}"
+
+
+@dataclass(frozen=True, slots=True)
 class Pause:
     def text(self) -> str:
         return "pause"
@@ -413,7 +424,7 @@ class SetSpeed:
 
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # a replay's speeds (SetSpeed); the UI steps through them
 
-Command = Union[SetK, SetDrafter, SetSampling, SetAdaptive, SetExperts, Pause, Resume, Stop,
+Command = Union[SetK, SetDrafter, SetSampling, SetAdaptive, SetExperts, SetCut, Pause, Resume, Stop,
                 Forget, NewPrompt, Seek, SetSpeed]
 
 # The vocabulary (each command's name, schedule syntax, parser and dashboard keys) is in
@@ -612,6 +623,6 @@ __all__ = [
     "SCHEMA", "ContractError", "Event", "Command", "EVENT_TYPES", "COMMAND_NAMES",
     "SettingsEvent", "StatusEvent", "PromptEvent", "PrefillEvent", "StepEvent", "CountersEvent",
     "NoticeEvent", "Summary", "TelemetryEvent", "ServerEvent", "ReplayEvent", "NumaNode", "NumaStat", "ProcessStats",
-    "SetK", "SetDrafter", "SetSampling", "SetAdaptive", "SetExperts", "Pause", "Resume", "Stop",
+    "SetK", "SetDrafter", "SetSampling", "SetAdaptive", "SetExperts", "SetCut", "Pause", "Resume", "Stop",
     "Forget", "NewPrompt", "Seek", "SetSpeed", "SPEEDS", "parse_command", "to_dict", "from_dict", "now",
 ]

@@ -40,6 +40,7 @@ def test_a_line_holds_several_commands_in_order():
     ('3: draft="/models/my draft.gguf"', [(3, E.SetDrafter("/models/my draft.gguf"), 0.0)]),
     ("4: draft=none temp=0 adaptive=off k=24", [(4, E.SetDrafter("none"), 0.0), (4, E.SetSampling(temperature=0.0), 0.0),
                                                   (4, E.SetAdaptive(False), 0.0), (4, E.SetK(24), 0.0)]),
+    ("6: cut=0.2 cut=0", [(6, E.SetCut(0.2), 0.0), (6, E.SetCut(0.0), 0.0)]),
     ("", []),
     ("   # only a comment", []),
 ])
@@ -59,6 +60,8 @@ def test_line_forms(line, want):
     ("10: k=8 bogus=1", "'bogus=1'"),
     ("10: warp", "'warp'"),
     ("10: adaptive=maybe", "'adaptive=maybe'"),
+    ("10: cut", "'cut': cut takes a number"),
+    ("10: cut=high", "'cut=high'"),
     ("10: pause=soon", "'pause=soon'"),
     ("10: pause", "'pause'"),  # nothing in a schedule could resume it
     ("10: pause=0s", "'pause=0s'"),
@@ -109,7 +112,7 @@ def test_at_flags():
 
 @pytest.mark.parametrize("token", ["k=0", "k=17", "draft=lookup", "draft=suffix", "draft=chain", "draft=none",
                                    "draft=/m/x.gguf", "temp=0.7", "temp=0", "adaptive=on", "adaptive=off",
-                                   "experts=2", "resume", "stop", "forget"])
+                                   "experts=2", "cut=0.1", "cut=0", "resume", "stop", "forget"])
 def test_command_text_round_trips(token):
     """SettingsEvent.command carries cmd.text(): a schedule's token is found in the output
     as written (canonical forms)."""

@@ -109,7 +109,7 @@ class Engine:
         experts = expert_info(self.target, s.experts)  # active count, the file's own when not overridden
         flat = s.flat()
         # What `_apply` takes now, by command name (commands_registry); the rest is refused.
-        supports = ["k", "temp", "pause", "stop", "forget"]
+        supports = ["k", "temp", "cut", "pause", "stop", "forget"]
         unavailable = {"seek": "only a replay can seek", "speed": "only a replay has a speed"}
         if not experts:
             unavailable["experts"] = "the target is a dense model (no experts)"
@@ -166,6 +166,7 @@ class Engine:
                     if self._make_drafter is None:
                         raise SpecdashError("this engine cannot swap drafters")
                     new = self._make_drafter(spec)  # raises SpecdashError when incompatible
+                    new.set_cut(s.draft_p_joint)  # a draft model lent again keeps the live cut
                     self.settings = s.replace(draft=spec)
                     self.drafter.close()
                     self.drafter = new
@@ -182,6 +183,12 @@ class Engine:
                     self.settings = s.replace(adaptive=on)
                 case E.SetExperts(n):
                     yield from self._reload(n)
+                case E.SetCut(p_joint):
+                    self.settings = s.replace(draft_p_joint=p_joint)  # SettingError: out of 0..1
+                    # The next draft is cut by it; a swap later applies it too (SetDrafter).
+                    self.drafter.set_cut(p_joint)
+                    if self.controller:
+                        self._price_drafter()  # the cut makes K a ceiling, or no longer
                 case E.Forget():
                     self.drafter.forget()
                     if self.controller:
@@ -225,6 +232,8 @@ class Engine:
                 return f"experts={s.experts}" if s.experts is not None else "the model's own expert count"
             case E.SetAdaptive():
                 return f"adaptive={'on' if s.adaptive else 'off'}"
+            case E.SetCut():
+                return f"cut={s.draft_p_joint:g}"
             case _:
                 return "the previous settings"
 

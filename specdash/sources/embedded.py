@@ -139,7 +139,7 @@ class EmbeddedSource:
     kind = "engine"
     # Before the first settings event (loading): what an engine takes, but the expert
     # count, which only a MoE target has (its settings event says so).
-    supports: frozenset[str] = frozenset({"k", "draft", "temp", "pause", "stop", "forget", "adaptive", *SUPPORTS})
+    supports: frozenset[str] = frozenset({"k", "draft", "temp", "cut", "pause", "stop", "forget", "adaptive", *SUPPORTS})
 
     def __init__(self, make_session: SessionFactory, settings: EngineSettings, prompts: PromptQueue,
                  *, on_session: Callable[[SessionLike], None] | None = None,

@@ -17,6 +17,7 @@ from specdash.tui.status import short
 
 
 TEMPERATURE = LIMIT["temperature"]
+CUT = LIMIT["draft_p_joint"]
 
 
 class SourceControls(DashboardBase):
@@ -89,6 +90,37 @@ class SourceControls(DashboardBase):
 
         self.push_screen(
             AskScreen("Temperature", f"{current:g}", f"0 = greedy, up to {TEMPERATURE.hi:g}. Enter applies, Esc cancels.", check),
+            chosen,
+        )
+
+    def action_set_cut(self) -> None:
+        if self._refused("set_cut"):
+            return
+        st = self.state.settings
+        launched = self.options.settings
+        current = st.draft_p_joint if st and st.draft_p_joint is not None else \
+            launched.draft_p_joint if launched else CUT.default
+        valid = f"use 0 (off) to {CUT.hi:g}"
+
+        def check(text: str) -> str | None:
+            try:
+                value = float(text)
+            except ValueError:
+                return f"cut {text!r} is not a number; {valid}"
+            try:
+                CUT.coerce(value)
+            except ValueError:
+                return f"cut {value:g} is out of range; {valid}"
+            return None
+
+        def chosen(text: str | None) -> None:
+            if text is not None:
+                self._send(E.SetCut(float(text)))
+
+        self.push_screen(
+            AskScreen("Joint confidence cut", f"{current:g}",
+                      "A draft stops where the product of the draft model's top-token probabilities falls "
+                      f"below this. 0 = off, {CUT.default:g} the default. Enter applies, Esc cancels.", check),
             chosen,
         )
 

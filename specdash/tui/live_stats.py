@@ -24,7 +24,7 @@ from specdash.events import CountersEvent, Event, PrefillEvent, SettingsEvent, S
 
 # Settings whose change is a hot-swap worth a marker on the time charts, with the short
 # label the marker carries.
-MARKED = {"k": "K", "draft": "draft", "temperature": "T", "adaptive": "adaptive", "experts": "experts"}
+MARKED = {"k": "K", "draft": "draft", "temperature": "T", "adaptive": "adaptive", "experts": "experts", "draft_p_joint": "cut"}
 
 
 @dataclass(slots=True)

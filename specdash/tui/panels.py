@@ -205,7 +205,12 @@ class KPanel(Panel):
         k_now = state.k_in_force()
         shown = "?" if k_now is None else str(k_now)
         label = f"K {shown} (adaptive)" if settings is not None and settings.adaptive and step is not None else f"K {shown}"
-        self.titles(f"{label} · {escape(settings.drafter)}" if settings else "K", note)
+        if settings is None:
+            self.titles("K", note)
+            return
+        # The joint cut acts only where a draft model drafts (draft_path: one is loaded).
+        cut = f" · cut {settings.draft_p_joint:g}" if settings.draft_p_joint and settings.draft_path else ""
+        self.titles(f"{label} · {escape(settings.drafter)}{cut}", note)
 
 
 class CpuPanel(Panel):

@@ -94,6 +94,9 @@ class TimedFree:
     def forget(self) -> None:
         self.inner.forget()
 
+    def set_cut(self, p_joint: float) -> None:
+        self.inner.set_cut(p_joint)
+
     def close(self) -> None:
         self.inner.close()
 
@@ -196,6 +199,9 @@ class SimDraftModel:
 
     def forget(self) -> None:
         pass
+
+    def set_cut(self, p_joint: float) -> None:
+        self.p_joint, self.k_ceiling = p_joint, p_joint > 0
 
     def close(self) -> None:
         pass

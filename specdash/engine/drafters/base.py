@@ -94,6 +94,11 @@ class Drafter(Protocol):
         """Forget cross-prompt memory too (the suffix drafter's earlier outputs): a cold start."""
         ...
 
+    def set_cut(self, p_joint: float) -> None:
+        """The joint confidence cut (settings.draft_p_joint) from the next draft on: a draft
+        model's, each of a chain's draft models'; model-free sources have none to set."""
+        ...
+
     def close(self) -> None:
         """Free native resources (model, context)."""
         ...
@@ -138,6 +143,9 @@ class NoDrafter:
     def forget(self) -> None:
         pass
 
+    def set_cut(self, p_joint: float) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -177,6 +185,9 @@ class Borrowed:
 
     def forget(self) -> None:
         self.inner.forget()
+
+    def set_cut(self, p_joint: float) -> None:
+        self.inner.set_cut(p_joint)
 
     def close(self) -> None:
         pass

@@ -65,6 +65,10 @@ class ChainDrafter:
         for source in self.sources:
             source.forget()
 
+    def set_cut(self, p_joint: float) -> None:
+        for source in self.sources:
+            source.set_cut(p_joint)
+
     def close(self) -> None:
         for source in self.sources:
             source.close()

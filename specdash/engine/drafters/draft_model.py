@@ -162,6 +162,9 @@ class DraftModelDrafter:
     def forget(self) -> None:
         pass  # a draft model keeps nothing across prompts
 
+    def set_cut(self, p_joint: float) -> None:
+        self.p_joint = p_joint
+
     def close(self) -> None:
         self.llm.close()
 

@@ -190,6 +190,9 @@ class PromptLookupDrafter:
     def forget(self) -> None:
         self.reset()  # all its memory is the current sequence
 
+    def set_cut(self, p_joint: float) -> None:
+        pass  # a copy has no confidence of its own to cut by
+
     def close(self) -> None:
         self.reset()
 

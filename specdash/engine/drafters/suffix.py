@@ -230,6 +230,9 @@ class SuffixDrafter:
         self._archive()
         self._start()
 
+    def set_cut(self, p_joint: float) -> None:
+        pass  # a copy has no confidence of its own to cut by
+
     def forget(self) -> None:
         """Drop every earlier sequence: the next prompt starts with no memory."""
         self._history.clear()

@@ -366,6 +366,9 @@ class TranslatedDrafter:
     def forget(self) -> None:
         pass  # nothing is kept across prompts
 
+    def set_cut(self, p_joint: float) -> None:
+        self.p_joint = p_joint
+
     def close(self) -> None:
         self.llm.close()
         self.target.llm.close()
