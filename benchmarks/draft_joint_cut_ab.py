@@ -7,8 +7,9 @@
 draft_p_joint stops a draft where the product of the draft model's top probabilities
 falls below it (engine/drafters/draft_model.py, JointCut). Arms: "cut" at --p-joint (the
 default setting, 0.1) and "no-cut" (0). One Session per K (the default draft pair, fixed
-K, greedy) holds both models; the arms set the cut on its draft model between runs and
-alternate order from round to round and prompt to prompt.
+K, greedy) holds both models; the arms set the cut between runs with the engine's own
+command (SetCut, the dashboard's `c`) and alternate order from round to round and prompt
+to prompt.
 
 Per run and report: benchmarks/ab_arms.py.
 """
@@ -19,8 +20,8 @@ import sys
 
 from ab_arms import parser, run  # benchmarks/ is sys.path[0]
 
-from specdash.engine.drafters.base import Borrowed
-from specdash.engine.drafters.draft_model import DraftModelDrafter
+from specdash import events as E
+from specdash.engine.drafters.base import model_price
 from specdash.engine.settings import LIMIT, EngineSettings
 from specdash.session import Session
 
@@ -30,10 +31,11 @@ DEFAULT_PROMPTS = "code-generation,code-edit,summarization,json-extraction,edit-
 
 def arm(p_joint: float):
     def put(session: Session) -> None:
-        drafter = session.engine.drafter
-        inner = drafter.inner if isinstance(drafter, Borrowed) else drafter
-        assert isinstance(inner, DraftModelDrafter), f"not a draft model: {drafter.label}"
-        inner.p_joint = p_joint
+        session.send(E.SetCut(p_joint))
+        refused = [ev.message for ev in session.apply_pending() if isinstance(ev, E.NoticeEvent)]
+        assert not refused and session.settings.draft_p_joint == p_joint, refused
+        # A draft model's cut makes K a ceiling: the drafter took it, not just the settings.
+        assert model_price(session.engine.drafter)[1] is (p_joint > 0), session.engine.drafter.label
     return put
 
 
