@@ -234,6 +234,29 @@ def test_joint_confidence_cut_is_simulated_on_and_off_the_text(p_joint, smol_pat
     assert cut_off_text > 0, "no draft was cut after its first wrong token: off_text was not tested"
 
 
+def test_a_recurrent_draft_is_not_followed_off_the_text(mamba2_path, mamba2_draft_path):
+    """A recurrent draft model's state cannot be cut back to branch at each wrong token,
+    so whatif keeps the text's confidence as the stand-in there, and does not say it
+    follows the draft's own continuation."""
+    from specdash.engine.llm import LLM
+    from specdash.whatif.transcript import over_text
+
+    target, draft = LLM(mamba2_path, n_ctx=512, n_threads=2), LLM(mamba2_draft_path, n_ctx=512, n_threads=2)
+    try:
+        assert draft.strategy.kind != "kv"
+        prompt = target.tokenize("The quick brown fox")
+        text = target.tokenize(" jumps over the lazy dog and runs away", add_special=False)
+        said: list[str] = []
+        s = EngineSettings(target=str(mamba2_path), draft=str(mamba2_draft_path), max_tokens=len(text),
+                           draft_p_joint=0.1)
+        tr = over_text(target, prompt, text, "max_tokens", s, said.append, draft, "draft")
+        assert tr.draft is not None and tr.draft.off_text is None
+        assert said and not any("own continuation" in m for m in said), said
+    finally:
+        target.close()
+        draft.close()
+
+
 @pytest.mark.slow
 def test_the_cut_after_a_wrong_token_follows_the_draft_models_own_continuation(target_path, draft_path,
                                                                               near_ties):

@@ -218,7 +218,7 @@ def over_text(target: LLM, prompt: list[int], text: list[int], stop: str, settin
     if draft_llm is not None:
         say(f"teacher-forcing the draft model {model} over {len(seq)} tokens")
         forced = teacher_force(draft_llm, prompt, seq)
-        if settings.draft_p_min > 0 or settings.draft_p_joint > 0:
+        if (settings.draft_p_min > 0 or settings.draft_p_joint > 0) and draft_llm.strategy.kind == "kv":
             wrong = int((forced.argmax[: len(seq)] != np.asarray(seq)).sum())
             say(f"following the draft model's own continuation after its {wrong} wrong tokens (its confidence cut)")
             forced.off_text = off_text(draft_llm, prompt, seq, forced, settings.draft_p_min,
