@@ -7,8 +7,9 @@ at fixed K and adaptive, over the texts whatif_controller.py cached, on each pro
         --out benchmarks/results/draft-p-joint-whatif.txt
 
 Acceptance is exact up to each draft's first wrong token, and the cut there is decided
-from the same probabilities the real draft model sees (tests/test_whatif.py); past it the
-text's confidence stands in for the draft's (specdash/whatif/simulate.py).
+from the same probabilities the real draft model sees (tests/test_whatif.py); past it, by
+the draft model's own continuation when the texts were cached with a cut (--p-joint on
+whatif_controller.py: transcript.off_text), else by the text's confidence standing in.
 """
 
 from __future__ import annotations
@@ -55,20 +56,23 @@ def main() -> int:
              f"# command: python benchmarks/whatif_joint_cut.py {' '.join(sys.argv[1:])}",
              "# tok/s with the cut ÷ without, same text, same K: geometric mean over the texts (min-max);",
              "# adaptive: the engine's controller, k_max 32 (whatif_controller.py's)", ""]
+    def tok_s(name: str, pn: str, k: int, joint: float) -> float:
+        tr, profile = texts[name], profiles[pn]
+        s = EngineSettings(target=args.target, draft=args.draft, threads=1, ctx=2048,
+                           max_tokens=tr.max_tokens, k_max=32, draft_p_joint=joint)
+        kw = {"k": k} if k else {"controller": CostModelController(k_min=0, k_max=32, k_init=4)}
+        return simulate(tr, make_drafter(args.draft, tr, profile, s), profile, s, name="model", **kw).tokens_per_s
+
+    uncut: dict[tuple[str, str, int], float] = {}  # the no-cut side, shared by every cut value
     for cut in cuts:
-        for pn, profile in profiles.items():
+        for pn in profiles:
             cells = []
             for k in [*ks, 0]:
                 ratios = []
-                for tr in texts.values():
-                    tps = []
-                    for joint in (0.0, cut):
-                        s = EngineSettings(target=args.target, draft=args.draft, threads=1, ctx=2048,
-                                           max_tokens=tr.max_tokens, k_max=32, draft_p_joint=joint)
-                        kw = {"k": k} if k else {"controller": CostModelController(k_min=0, k_max=32, k_init=4)}
-                        tps.append(simulate(tr, make_drafter(args.draft, tr, profile, s), profile, s, name="model",
-                                            **kw).tokens_per_s)
-                    ratios.append(tps[1] / tps[0])
+                for name in texts:
+                    if (name, pn, k) not in uncut:
+                        uncut[name, pn, k] = tok_s(name, pn, k, 0.0)
+                    ratios.append(tok_s(name, pn, k, cut) / uncut[name, pn, k])
                 cells.append(f"{'K=' + str(k) if k else 'adaptive'} {statistics.geometric_mean(ratios):.3f} "
                              f"({min(ratios):.3f}-{max(ratios):.3f})")
             lines.append(f"p_joint {cut:g} {pn:<9} " + " | ".join(cells))
