@@ -97,6 +97,26 @@ def test_an_engines_prompt_ends_and_its_rate_holds():
     assert st.idle and st.tokens_per_s == pytest.approx(6 / 0.6)
 
 
+def test_after_an_engines_run_the_rate_is_the_whole_runs():
+    """A short run's last seconds can hold its one probe of a draft: the window would
+    show a loss the run did not have. Once the run's Summary is in, tok/s is the run's."""
+    st = LiveStats(rate_window_s=1.0)
+    st.feed(step(1, t=100.0, accepted=0, ms=100.0))
+    for i in range(2, 11):
+        st.feed(step(i, t=100.0 + 0.1 * (i - 1), accepted=0))  # 1 token per 0.1 s
+    st.feed(step(11, t=101.8, accepted=0))  # a probe: 0.9 s for its one token
+    assert st.tokens_per_s == pytest.approx(2 / 1.0)  # the window: 0.1 s + the probe's 0.9 s
+    st.feed(Summary(text="x" * 11, stop_reason="max_tokens", n_prompt=10, n_generated=11, num_drafts=1,
+                    num_draft_tokens=4, num_accepted_tokens=0, num_accepted_tokens_per_pos=[0, 0, 0, 0],
+                    acceptance_rate=0.0, mean_accepted_length=1.0, tokens_per_s=11 / 1.9,
+                    prefill_tokens_per_s=100.0, prefill_ms=100.0, decode_s=1.9, draft_ms=1.0,
+                    verify_ms=1.0, other_ms=1.0, steps=11))
+    assert st.idle and st.tokens_per_s == pytest.approx(11 / 1.9)
+    st.feed(PrefillEvent(10, 50.0))
+    st.feed(step(1, t=200.0, accepted=0, ms=100.0))  # the next run: the window again
+    assert not st.idle and st.tokens_per_s == pytest.approx(3 / 1.1)  # its step, the probe, one before
+
+
 def test_rate_window_drops_old_steps():
     st = LiveStats(rate_window_s=1.0)
     st.feed(step(1, t=0.0, accepted=0, ms=500.0))  # 1 token in 0.5 s

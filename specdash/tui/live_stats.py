@@ -183,8 +183,12 @@ class LiveStats:
     # --- what the panels read ----------------------------------------------------------
     @property
     def tokens_per_s(self) -> float | None:
-        """Decode tok/s over the last `rate_window_s` seconds of decode time (so, while
-        idle, the last request's)."""
+        """Decode tok/s over the last `rate_window_s` seconds of decode time; while idle
+        after a run that reported its Summary, that whole run's decode tok/s. (The last
+        seconds of a short run can hold its one probe of a draft and read a loss the run
+        as a whole did not have.)"""
+        if self.idle and self.last_summary is not None and self.last_summary.decode_s > 0:
+            return self.last_summary.tokens_per_s
         tokens = sum(n for _, n in self._recent_dt)
         return tokens / self._recent_dt_sum if self._recent_dt_sum > 0 else None
 
