@@ -94,12 +94,13 @@ def test_an_engines_prompt_ends_and_its_rate_holds():
                     acceptance_rate=0.5, mean_accepted_length=3.0, tokens_per_s=10.0,
                     prefill_tokens_per_s=100.0, prefill_ms=100.0, decode_s=0.6, draft_ms=1.0,
                     verify_ms=1.0, other_ms=1.0, steps=2))
-    assert st.idle and st.tokens_per_s == pytest.approx(6 / 0.6)
+    assert st.idle and st.tokens_per_s == pytest.approx(3 / 0.5)  # the run without its first step
 
 
 def test_after_an_engines_run_the_rate_is_the_whole_runs():
     """A short run's last seconds can hold its one probe of a draft: the window would
-    show a loss the run did not have. Once the run's Summary is in, tok/s is the run's."""
+    show a loss the run did not have. Once the run's Summary is in, tok/s is the run's,
+    without its first step (warm-up), as the plain reference is timed."""
     st = LiveStats(rate_window_s=1.0)
     st.feed(step(1, t=100.0, accepted=0, ms=100.0))
     for i in range(2, 11):
@@ -111,7 +112,7 @@ def test_after_an_engines_run_the_rate_is_the_whole_runs():
                     acceptance_rate=0.0, mean_accepted_length=1.0, tokens_per_s=11 / 1.9,
                     prefill_tokens_per_s=100.0, prefill_ms=100.0, decode_s=1.9, draft_ms=1.0,
                     verify_ms=1.0, other_ms=1.0, steps=11))
-    assert st.idle and st.tokens_per_s == pytest.approx(11 / 1.9)
+    assert st.idle and st.tokens_per_s == pytest.approx(10 / 1.8)  # steps 2..11
     st.feed(PrefillEvent(10, 50.0))
     st.feed(step(1, t=200.0, accepted=0, ms=100.0))  # the next run: the window again
     assert not st.idle and st.tokens_per_s == pytest.approx(3 / 1.1)  # its step, the probe, one before

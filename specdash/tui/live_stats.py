@@ -78,6 +78,7 @@ class LiveStats:
         self._recent_dt: deque[tuple[float, int]] = deque()  # (decode seconds, tokens)
         self._recent_dt_sum = 0.0
         self._plain: deque[float] = deque(maxlen=plain_steps)  # seconds per token, K=0 steps
+        self._run_dt, self._run_tokens = 0.0, 0  # this prompt's steady-state steps (tokens_per_s)
         self._prev_t: float | None = None
         self.settings: SettingsEvent | None = None
         self.last_step: StepEvent | None = None
@@ -104,6 +105,7 @@ class LiveStats:
             case PrefillEvent():
                 self.last_prefill = ev
                 self.run = SpecCounters()
+                self._run_dt, self._run_tokens = 0.0, 0
                 self._prev_t = None
             case Summary():
                 self.last_summary = ev
@@ -159,6 +161,9 @@ class LiveStats:
         # warm-up right after prefill), so the reference takes only steady-state steps.
         if ev.k == 0 and ev.drafted == 0 and not first_of_stretch and n:
             self._plain.append(dt / n)
+        if not first_of_stretch:
+            self._run_dt += dt
+            self._run_tokens += n
 
         self._add(dt, n, 1, ev.drafted, ev.accepted, ev.k)
 
@@ -184,11 +189,12 @@ class LiveStats:
     @property
     def tokens_per_s(self) -> float | None:
         """Decode tok/s over the last `rate_window_s` seconds of decode time; while idle
-        after a run that reported its Summary, that whole run's decode tok/s. (The last
-        seconds of a short run can hold its one probe of a draft and read a loss the run
-        as a whole did not have.)"""
-        if self.idle and self.last_summary is not None and self.last_summary.decode_s > 0:
-            return self.last_summary.tokens_per_s
+        after a run that reported its Summary, that whole run's, timed as the plain
+        reference is (without the first step of each stretch, which carries warm-up). The
+        last seconds of a short run can hold its one probe of a draft and read a loss the
+        run as a whole did not have."""
+        if self.idle and self.last_summary is not None and self._run_dt > 0:
+            return self._run_tokens / self._run_dt
         tokens = sum(n for _, n in self._recent_dt)
         return tokens / self._recent_dt_sum if self._recent_dt_sum > 0 else None
 

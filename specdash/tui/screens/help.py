@@ -15,8 +15,9 @@ METRICS = (
     ("mean len", "1 + accepted / drafts: tokens a drafting step commits (vLLM's definition)"),
     ("per position", "share of drafts that reached position i whose token i was accepted"),
     ("tok/s", "decode tokens per second over the last 2 s of decoding; prefill excluded. After a "
-              "request ends it holds that request's: the whole run's where the source reports it "
-              "(specdash's engine), else its last 2 s (status line and title alike)"),
+              "request ends it holds that request's: the whole run's where the source reports its end "
+              "(specdash's engine; without each first step's warm-up, as plain is timed), else its "
+              "last 2 s (status line and title alike)"),
     ("plain", "tok/s of steps at K=0 with no draft (the engine's calibration steps, or K=0)"),
     ("proc / dash", "CPU of the whole process / of the dashboard's own threads (100% = 1 core)"),
     ("text colours", "draft-accepted tokens vs tokens the target produced itself"),
