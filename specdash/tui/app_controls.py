@@ -1,13 +1,15 @@
-"""The dashboard's keys that steer the source: K, drafter, temperature, pause, adaptive,
-experts, a new prompt, and a replay's speed and position. Each sends a command; none
-decides anything about decoding. A mixin of SpecdashApp (tui/app.py), split out to keep
-the app about the event path."""
+"""The dashboard's keys that steer the source: K, drafter, temperature, the draft cut,
+pause, adaptive, experts, a new prompt, and a replay's speed and position. Each sends a
+command; none decides anything about decoding. A mixin of SpecdashApp (tui/app.py),
+split out to keep the app about the event path."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from specdash import events as E
 from specdash.tui.app_base import DashboardBase
-from specdash.engine.settings import LIMIT
+from specdash.engine.settings import LIMIT, Limit
 from specdash.events import SPEEDS
 from specdash.sources.embedded import PromptQueue, WorkItem
 from specdash.tui.screens.ask import AskScreen
@@ -72,26 +74,8 @@ class SourceControls(DashboardBase):
         launched = self.options.settings
         current = st.temperature if st and st.temperature is not None else \
             launched.sampling.temperature if launched else 0.0
-
-        def check(text: str) -> str | None:
-            try:
-                value = float(text)
-            except ValueError:
-                return f"temperature {text!r} is not a number; use 0 (greedy) to {TEMPERATURE.hi:g}"
-            try:
-                TEMPERATURE.coerce(value)
-            except ValueError:
-                return f"temperature {value:g} is out of range; use 0 (greedy) to {TEMPERATURE.hi:g}"
-            return None
-
-        def chosen(text: str | None) -> None:
-            if text is not None:
-                self._send(E.SetSampling(temperature=float(text)))
-
-        self.push_screen(
-            AskScreen("Temperature", f"{current:g}", f"0 = greedy, up to {TEMPERATURE.hi:g}. Enter applies, Esc cancels.", check),
-            chosen,
-        )
+        self._ask_number("Temperature", "temperature", TEMPERATURE, current, f"use 0 (greedy) to {TEMPERATURE.hi:g}",
+                         f"0 = greedy, up to {TEMPERATURE.hi:g}.", lambda t: E.SetSampling(temperature=t))
 
     def action_set_cut(self) -> None:
         if self._refused("set_cut"):
@@ -100,29 +84,29 @@ class SourceControls(DashboardBase):
         launched = self.options.settings
         current = st.draft_p_joint if st and st.draft_p_joint is not None else \
             launched.draft_p_joint if launched else CUT.default
-        valid = f"use 0 (off) to {CUT.hi:g}"
+        self._ask_number("Joint confidence cut", "cut", CUT, current, f"use 0 (off) to {CUT.hi:g}",
+                         "A draft stops where the product of the draft model's top-token probabilities falls "
+                         f"below this. 0 = off, {CUT.default:g} the default.", E.SetCut)
 
+    def _ask_number(self, title: str, noun: str, limit: Limit, current: float, valid: str, note: str,
+                    command: Callable[[float], E.Command]) -> None:
+        """A dialog for one number setting: checked against its limit before it is sent."""
         def check(text: str) -> str | None:
             try:
                 value = float(text)
             except ValueError:
-                return f"cut {text!r} is not a number; {valid}"
+                return f"{noun} {text!r} is not a number; {valid}"
             try:
-                CUT.coerce(value)
+                limit.coerce(value)
             except ValueError:
-                return f"cut {value:g} is out of range; {valid}"
+                return f"{noun} {value:g} is out of range; {valid}"
             return None
 
         def chosen(text: str | None) -> None:
             if text is not None:
-                self._send(E.SetCut(float(text)))
+                self._send(command(float(text)))
 
-        self.push_screen(
-            AskScreen("Joint confidence cut", f"{current:g}",
-                      "A draft stops where the product of the draft model's top-token probabilities falls "
-                      f"below this. 0 = off, {CUT.default:g} the default. Enter applies, Esc cancels.", check),
-            chosen,
-        )
+        self.push_screen(AskScreen(title, f"{current:g}", f"{note} Enter applies, Esc cancels.", check), chosen)
 
     def action_toggle_pause(self) -> None:
         if self._refused("toggle_pause"):
