@@ -115,6 +115,7 @@ def test_after_an_engines_run_the_rate_is_the_whole_runs():
                     verify_ms=1.0, other_ms=1.0, steps=11))
     assert st.idle and st.tokens_per_s == pytest.approx(10 / 1.8)  # steps 2..11
     st.feed(PrefillEvent(10, 50.0))
+    assert st.idle and st.tokens_per_s == pytest.approx(10 / 1.8)  # the next prompt prefills
     st.feed(step(1, t=200.0, accepted=0, ms=100.0))  # the next run: the window again
     assert not st.idle and st.tokens_per_s == pytest.approx(3 / 1.1)  # its step, the probe, one before
 
