@@ -79,7 +79,6 @@ class LiveStats:
         self._recent_dt_sum = 0.0
         self._plain: deque[float] = deque(maxlen=plain_steps)  # seconds per token, K=0 steps
         self._run_dt, self._run_tokens = 0.0, 0  # this prompt's steady-state steps (tokens_per_s)
-        self._run_ended = False  # a Summary came: the next step starts the next run's totals
         self._prev_t: float | None = None
         self.settings: SettingsEvent | None = None
         self.last_step: StepEvent | None = None
@@ -109,7 +108,6 @@ class LiveStats:
                 self._prev_t = None
             case Summary():
                 self.last_summary = ev
-                self._run_ended = True
                 self._prev_t = None
                 self.idle = True
 
@@ -152,6 +150,7 @@ class LiveStats:
         dt = ev.step_ms / 1e3 if prev is None else max(ev.t - prev, 0.0)
         self._prev_t = ev.t
         n = len(ev.tokens)
+        run_ended = self.idle and self.last_summary is not None  # this step starts the next run
         self.total.add(ev)
         self.run.add(ev)
         self.recent.append(ev)
@@ -162,8 +161,8 @@ class LiveStats:
         # warm-up right after prefill), so the reference takes only steady-state steps.
         if ev.k == 0 and ev.drafted == 0 and not first_of_stretch and n:
             self._plain.append(dt / n)
-        if self._run_ended:  # kept until now: while the next prompt prefills, the last run shows
-            self._run_dt, self._run_tokens, self._run_ended = 0.0, 0, False
+        if run_ended:  # kept until now: while the next prompt prefills, the last run shows
+            self._run_dt, self._run_tokens = 0.0, 0
         if not first_of_stretch:
             self._run_dt += dt
             self._run_tokens += n

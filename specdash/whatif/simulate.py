@@ -64,10 +64,13 @@ class TimedFree:
         self.inner = inner
         self.name, self.label, self.free = inner.name, inner.label, inner.free
         self.relative_cost = inner.relative_cost
-        self.k_ceiling = inner.k_ceiling
         self.fixed_ms = fixed_ms
         self.spent = 0.0
         self.prep = 0.0
+
+    @property
+    def k_ceiling(self) -> bool:
+        return self.inner.k_ceiling
 
     def parts(self) -> Sequence[Drafter]:
         return [self]
@@ -115,7 +118,6 @@ class SimDraftModel:
         self.p_joint = p_joint
         self.seq, self.n_prompt = tr.seq, len(tr.prompt)
         self.relative_cost = profile.draft_price()
-        self.k_ceiling = p_joint > 0
         self.replay = replay
         self._kv: list[int] = []
         self._committed = 0
@@ -123,6 +125,10 @@ class SimDraftModel:
         self._choices = 0
         self.spent = 0.0
         self.prep = 0.0
+
+    @property
+    def k_ceiling(self) -> bool:
+        return self.p_joint > 0  # as the real drafter's
 
     def parts(self) -> Sequence[Drafter]:
         return [self]
@@ -201,7 +207,7 @@ class SimDraftModel:
         pass
 
     def set_cut(self, p_joint: float) -> None:
-        self.p_joint, self.k_ceiling = p_joint, p_joint > 0
+        self.p_joint = p_joint
 
     def close(self) -> None:
         pass

@@ -100,6 +100,13 @@ def teacher_force(llm: LLM, prompt: Sequence[int], seq: Sequence[int]) -> Forced
     return Forced(np.concatenate(arg), np.concatenate(top), np.concatenate(gap))
 
 
+def follows_off_text(llm: LLM, p_min: float, p_joint: float) -> bool:
+    """Whether off_text follows this draft model: only under a confidence cut (without
+    one nothing it decides depends on it), and not for a recurrent model (its state
+    cannot be cut back to branch at each wrong token)."""
+    return (p_min > 0 or p_joint > 0) and llm.strategy.kind == "kv"
+
+
 def off_text(llm: LLM, prompt: Sequence[int], seq: Sequence[int], forced: Forced, p_min: float,
              p_joint: float, depth: int) -> dict[int, np.ndarray] | None:
     """Forced.off_text: what the draft model's confidence is once its draft has left the
@@ -108,9 +115,9 @@ def off_text(llm: LLM, prompt: Sequence[int], seq: Sequence[int], forced: Forced
     continuation is a function of j alone: decoded here one token per pass, as the
     drafter decodes it, until the confidence cuts would stop any draft through j (a
     token under p_min, or the product from j on under p_joint) or `depth` tokens. Only
-    what a cut decides depends on it (how many rejected tokens a draft holds); None
-    without a cut, or for a recurrent model (its state cannot be cut back to branch)."""
-    if not (p_min > 0 or p_joint > 0) or llm.strategy.kind != "kv":
+    what a cut decides depends on it (how many rejected tokens a draft holds); None where
+    it is not followed (follows_off_text)."""
+    if not follows_off_text(llm, p_min, p_joint):
         return None
     feed = [prompt[-1], *seq]
     base = len(prompt) - 1  # the position of feed[0]
@@ -218,7 +225,7 @@ def over_text(target: LLM, prompt: list[int], text: list[int], stop: str, settin
     if draft_llm is not None:
         say(f"teacher-forcing the draft model {model} over {len(seq)} tokens")
         forced = teacher_force(draft_llm, prompt, seq)
-        if (settings.draft_p_min > 0 or settings.draft_p_joint > 0) and draft_llm.strategy.kind == "kv":
+        if follows_off_text(draft_llm, settings.draft_p_min, settings.draft_p_joint):
             wrong = int((forced.argmax[: len(seq)] != np.asarray(seq)).sum())
             say(f"following the draft model's own continuation after its {wrong} wrong tokens (its confidence cut)")
             forced.off_text = off_text(draft_llm, prompt, seq, forced, settings.draft_p_min,
