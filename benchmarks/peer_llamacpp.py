@@ -62,6 +62,8 @@ if str(ROOT) not in sys.path:
 
 from specdash.config import load_config  # noqa: E402
 from specdash.errors import SpecdashError  # noqa: E402
+from specdash.engine.repack import resolve as repack_resolve  # noqa: E402
+from specdash.engine.repack import tool_args as repack_tool_args  # noqa: E402
 from specdash.llamacpp_tools import ensure_built, llama_cpp_python_version  # noqa: E402
 from specdash.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
 from specdash.prompts import BUILTIN  # noqa: E402
@@ -304,6 +306,9 @@ class Setup:
     workdir: Path
     specdash_cmd: tuple[str, ...]
     peer_cpu: set[str] = field(default_factory=set)  # llama.cpp's "CPU : ..." system info
+    # Weight repacking on both sides: the tools take only --no-repack or llama.cpp's
+    # default, so where the repack verdict is not "on" both sides run "off".
+    repack: str = "on"
 
 
 def specdash_argv(setup: Setup, prompt_file: Path, draft: str, k: int | None, adaptive: bool) -> tuple[str, ...]:
@@ -311,7 +316,7 @@ def specdash_argv(setup: Setup, prompt_file: Path, draft: str, k: int | None, ad
         *setup.specdash_cmd, "run", "--json", "--raw", "--config", str(setup.specdash_config),
         "--prompt-file", str(prompt_file), "--target", str(setup.target),
         "--threads", str(setup.threads), "--ctx", str(setup.ctx), "--max-tokens", str(setup.tokens),
-        "--temp", "0", "--draft", draft,
+        "--temp", "0", "--draft", draft, "--repack", setup.repack,
     ]
     if k is not None:
         argv += ["--k", str(k)]
@@ -324,6 +329,7 @@ def peer_argv(setup: Setup, tool: str, prompt_file: Path, k: int | None) -> tupl
         str(setup.bin_dir / tool), "-m", str(setup.target), "-f", str(prompt_file), "--no-escape",
         "-n", str(setup.tokens), "-t", str(setup.threads), "-tb", str(setup.threads), "-c", str(setup.ctx),
         "-b", str(PEER_BATCH), "-ub", str(UBATCH), "--temp", "0", "--seed", "1",
+        *(["--no-repack"] if setup.repack == "off" else []),
     ]
     if tool == "llama-completion":
         argv += ["-no-cnv", "--no-display-prompt"]
@@ -867,6 +873,7 @@ def main(argv: Sequence[str] | None = None, say: Callable[[str], None] | None = 
                 target=target, draft=draft, bin_dir=bin_dir, threads=args.threads, ctx=args.ctx,
                 tokens=args.tokens, specdash_config=cfg, workdir=work,
                 specdash_cmd=(sys.executable, "-m", "specdash"),
+                repack="on" if not repack_tool_args() else "off",
             )
             runs: list[RunResult] = []
             texts: dict[str, tuple[str, int]] = {}
@@ -918,6 +925,7 @@ def main(argv: Sequence[str] | None = None, say: Callable[[str], None] | None = 
             f"machine: {platform.machine()}, {os.cpu_count()} logical CPUs, load average at end "
             f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}",
             f"llama-cpp-python CPU features: {sd_cpu}",
+            f"weight repacking: {setup.repack} on both sides (this machine's verdict: {repack_resolve().label()})",
             f"llama.cpp tools CPU features:  {' / '.join(sorted(setup.peer_cpu)) or '(not printed)'}"
             + ("" if not setup.peer_cpu or setup.peer_cpu == {sd_cpu} else "  <- DIFFERENT: not a like-for-like build"),
             f"target {target.name}, draft {draft.name}; greedy; {args.threads} threads; ctx {args.ctx}; micro-batch {UBATCH}; "
@@ -942,7 +950,7 @@ def main(argv: Sequence[str] | None = None, say: Callable[[str], None] | None = 
                 "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                 "llama_cpp_python": llama_cpp_python_version(), "bin_dir": str(bin_dir),
                 "target": str(target), "draft": str(draft), "specdash_git": _git_rev(),
-                "cpu_features": sd_cpu, "peer_cpu_features": sorted(setup.peer_cpu), "prompts": {k: {"n_prompt": v[1]} for k, v in texts.items()},
+                "cpu_features": sd_cpu, "repack": setup.repack, "peer_cpu_features": sorted(setup.peer_cpu), "prompts": {k: {"n_prompt": v[1]} for k, v in texts.items()},
                 "results": rows_all, "runs": [asdict(r) for r in runs],
             }, indent=1) + "\n", encoding="utf-8")
             say(f"wrote {args.out} and {js}")

@@ -13,10 +13,12 @@ import argparse
 import statistics
 import time
 
+import llama_cpp
 from llama_cpp import Llama
 
 from specdash.engine.drafters.base import NoDrafter
 from specdash.engine.engine import Engine
+from specdash.engine import repack
 from specdash.engine.llm import LLM
 from specdash.engine.settings import EngineSettings
 from specdash.events import StepEvent, Summary
@@ -56,8 +58,22 @@ def main() -> None:
     args = ap.parse_args()
 
     path = str(resolve_model(args.model))
+    # Llama() always asks for llama.cpp's default repacking, which crashes on some AMX
+    # machines (engine/repack.py): where this machine's verdict is not "on", both sides
+    # load without repacking, like for like.
+    mode = "on" if repack.resolve().mode == "on" else "off"
+    default_params = llama_cpp.llama_model_default_params
+
+    def params_with_verdict():
+        p = default_params()
+        p.use_extra_bufts = mode == "on"
+        return p
+
+    llama_cpp.llama_cpp.llama_model_default_params = params_with_verdict
+    llama_cpp.llama_model_default_params = params_with_verdict
+    print(f"weight repacking: {mode} on both sides ({repack.resolve().label()})")
     ref = Llama(path, n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads, verbose=False)
-    target = LLM(path, n_ctx=2048, n_threads=args.threads)
+    target = LLM(path, n_ctx=2048, n_threads=args.threads, repack_setting=mode)
     engine = Engine(target, NoDrafter(), EngineSettings(k=0, adaptive=False))
     prompt = target.tokenize(target.chat_prompt(by_name("code-generation").text))
 

@@ -156,7 +156,7 @@ class Server:
     """llama-server serving one model with one drafter, for the whole set of rounds."""
 
     def __init__(self, model: Model, drafter: str, args: argparse.Namespace, log: Path):
-        from specdash.llamacpp_tools import ensure_built, tool_path
+        from specdash.llamacpp_tools import ensure_built, tool_command
 
         ensure_built(["llama-server"])
         spec = (["-md", str(model.draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(args.k)]
@@ -169,7 +169,7 @@ class Server:
             s.bind(("127.0.0.1", 0))
             self.port = int(s.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
-        argv = [str(tool_path("llama-server")), "-m", str(model.target), "--host", "127.0.0.1",
+        argv = [*tool_command("llama-server"), "-m", str(model.target), "--host", "127.0.0.1",
                 "--port", str(self.port), "-c", str(args.ctx), "-t", str(args.threads), "-ub", "512",
                 "-np", "1", *spec]
         self.log = log
@@ -228,7 +228,7 @@ def _spread(xs: Sequence[float]) -> str:
 
 def snapshot_memory(model: Model, description: str) -> str:
     """The header's recurrent state x (1 + n_rs_seq in force, read from SettingsEvent.rollback)."""
-    from specdash.models.ggufcheck import read_gguf_header
+    from specdash.gguf_header import read_gguf_header
 
     header = read_gguf_header(model.target, array_suffixes=ARRAY_KEY_SUFFIXES)
     state = recurrent_state_bytes(model.arch, header.metadata)

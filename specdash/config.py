@@ -3,7 +3,7 @@ how a wrong value becomes one readable line instead of a traceback.
 
 Layout (config.example.toml documents every key with its default):
 
-    [model]        target, draft, translate, threads, ctx, experts
+    [model]        target, draft, translate, threads, ctx, experts, repack
     [speculative]  k, adaptive, k_min, k_max, draft_p_min, draft_p_joint, lookup_min_ngram, lookup_max_ngram
     [sampling]     temperature, top_k, top_p, seed
     [generation]   max_tokens, raw, prompt, prompt_file
@@ -241,7 +241,7 @@ def apply_overrides(config: Config, args: Any) -> Config:
     """A copy of `config` with every CLI flag the user gave (attribute not None) applied.
 
     Expected argparse dest names (a dest that is absent from `args` counts as not given):
-      target, draft, threads, ctx, experts            -> [model]
+      target, draft, threads, ctx, experts, repack    -> [model]
       k, adaptive                                     -> [speculative]
       temp (-> temperature), top_k, top_p, seed       -> [sampling]
       max_tokens, raw, prompt, prompt_file            -> [generation]

@@ -100,6 +100,10 @@ class SettingsEvent:
     # How the target takes back rejected drafts, e.g. "snapshots (n_rs_seq 16)" or
     # "checkpoint 1.6 KB + replay"; "" for a KV cache (or unknown).
     rollback: str = ""
+    repack: str | None = None  # the weight-repacking setting: auto | on | no-amx | off
+    # What the target was loaded with and why, e.g. "off (AMX crashed in a probe)";
+    # "" where unknown (remote sources).
+    repack_verdict: str = ""
     t: float = 0.0
     event: str = "settings"
 

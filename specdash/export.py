@@ -31,7 +31,7 @@ from specdash.events import SettingsEvent
 
 
 def _arch(target_path: str) -> str:
-    from specdash.models.ggufcheck import gguf_metadata
+    from specdash.gguf_header import gguf_metadata
 
     try:
         return str(gguf_metadata(target_path).get("general.architecture") or "llama")

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from specdash.errors import SpecdashError
-from specdash.models.registry import cache_dir
+from specdash.paths import cache_dir
 
 DEFAULT_TARGETS: tuple[str, ...] = (
     "llama-server",
@@ -157,6 +157,16 @@ def tool_path(name: str) -> Path:
             f"`python -m specdash.llamacpp_tools build --targets {name}`"
         )
     return bin_dir(version) / name
+
+
+def tool_command(name: str, *args: str) -> list[str]:
+    """The argv that starts one built tool: its path, then the weight-repacking flag that
+    makes it load weights as this process does (`--no-repack` where the repack verdict is
+    not "on": AMX crashes it too, engine/repack.py), then `args`. Every llama.cpp tool
+    specdash or its tests start goes through here, so peers compare like for like."""
+    from specdash.engine.repack import tool_args
+
+    return [str(tool_path(name)), *tool_args(), *args]
 
 
 # --- the toolchain ------------------------------------------------------------------

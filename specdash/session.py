@@ -101,7 +101,7 @@ class Session:
         # Recurrent-state snapshots for the longest draft the settings allow, where the
         # architecture has them (llama.cpp ignores it elsewhere; LLM.strategy says which).
         return LLM(self.target_path, n_ctx=s.ctx, n_threads=s.threads, kv_overrides=overrides,
-                   n_rs_seq=max(s.k, s.k_max))
+                   n_rs_seq=max(s.k, s.k_max), repack_setting=s.repack)
 
     def _reload_target(self, n: int) -> LLM:
         """The engine's SetExperts: the target again, with `n` active experts."""
@@ -180,12 +180,12 @@ class Session:
         ratio = path.stat().st_size / max(self.target_path.stat().st_size, 1)
         drafter: DraftModelDrafter | TranslatedDrafter
         if report.compatible:
-            llm = LLM(path, n_ctx=s.ctx, n_threads=s.threads)
+            llm = LLM(path, n_ctx=s.ctx, n_threads=s.threads, repack_setting=s.repack)
             drafter = DraftModelDrafter(llm, p_min=s.draft_p_min, p_joint=s.draft_p_joint, label=label, relative_cost=ratio)
         else:
             # Another vocabulary: its own tokens for the same text can be several times the
             # target's (49k-token SmolLM2 on CJK), so its context is twice the target's.
-            llm = LLM(path, n_ctx=2 * s.ctx, n_threads=s.threads)
+            llm = LLM(path, n_ctx=2 * s.ctx, n_threads=s.threads, repack_setting=s.repack)
             target_vocab = LLM(self.target_path, vocab_only=True)
             drafter = TranslatedDrafter(llm, target_vocab, p_min=s.draft_p_min, p_joint=s.draft_p_joint, label=f"{label} (translated)",
                                         relative_cost=ratio)

@@ -21,3 +21,12 @@ def assert_usage_error(proc: subprocess.CompletedProcess, *needles: str) -> None
     assert len(lines) == 1, proc.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
+
+
+def assert_ok(proc: subprocess.CompletedProcess) -> None:
+    """Exit 0; otherwise fail saying how the child ended (a signal by name: a native crash
+    in llama.cpp shows as "killed by SIGSEGV", with faulthandler's report) and what it
+    printed on stderr."""
+    from specdash.engine.repack import describe_exit
+
+    assert proc.returncode == 0, f"{describe_exit(proc.returncode)}; stderr:\n{proc.stderr[-3000:]}"

@@ -2,7 +2,25 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+
+def pytest_configure(config):
+    """Resolve weight repacking once for the run (engine/repack.py: a real probe in a child
+    on a new machine, seconds; then the cached verdict) and hand the mode to every child
+    this run starts (`specdash` subprocesses, llama.cpp tools): tests that point
+    $SPECDASH_CACHE at a private folder would otherwise probe again in each child."""
+    from specdash.engine import repack
+
+    config._repack_verdict = repack.resolve()
+    os.environ.setdefault(repack.ENV, config._repack_verdict.mode)
+
+
+def pytest_report_header(config):
+    """CI logs say what this machine loads weights with and why (an AMX crash shows here)."""
+    return f"specdash: {config._repack_verdict.describe()}"
 
 
 def model_path(name: str):

@@ -149,7 +149,9 @@ class LlamaServer:
 
     def argv(self) -> list[str]:
         model = ["-m", str(self.model)] if self.model.name else []
-        return [str(self.binary), *model, "--host", "127.0.0.1", "--port", str(self.port),
+        from specdash.engine.repack import tool_args
+
+        return [str(self.binary), *tool_args(), *model, "--host", "127.0.0.1", "--port", str(self.port),
                 "-c", "512", "-t", "2", *(["--metrics"] if self.metrics else []), *self.extra]
 
     def start(self, timeout: float = 120.0) -> None:

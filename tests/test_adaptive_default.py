@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import assert_usage_error, specdash
+from cli_helpers import assert_ok, assert_usage_error, specdash
 
 from specdash.config import Config, apply_overrides, load_config
 from specdash.engine.settings import EngineSettings
@@ -23,7 +23,7 @@ PROMPT = ["--prompt", "Repeat this line four times: the cat sat on the mat, the 
 def run_json(*args: str) -> tuple[dict, list[dict]]:
     """(the engine's first settings event, its step events) of one `specdash run --json`."""
     proc = specdash("run", *SMALL, *PROMPT, *args)
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     settings = next(e for e in events if e["event"] == "settings")
     steps = [e for e in events if e["event"] == "step"]
@@ -150,7 +150,7 @@ def test_draft_none_does_not_measure_costs_until_a_drafter_comes(smol_path):
     swapped in, before its first step."""
     proc = specdash("run", "--target", "smollm2-135m", "--draft", "none", "--threads", "2", "--max-tokens", "24",
                     "--json", *PROMPT, "--at", "4:draft=lookup")
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     swap = next(i for i, e in enumerate(events) if e["event"] == "settings" and e.get("command") == "draft=lookup")
     measured = [i for i, e in enumerate(events) if e["event"] == "notice" and "measured target batch costs" in e["message"]]
@@ -162,7 +162,7 @@ def test_draft_none_does_not_measure_costs_until_a_drafter_comes(smol_path):
 
 def events_of(*args: str) -> list[dict]:
     proc = specdash("run", *SMALL, *PROMPT, "--max-tokens", "40", *args)
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from cli_helpers import assert_usage_error, specdash
+from cli_helpers import assert_ok, assert_usage_error, specdash
 
 SMALL = ["--target", "smollm2-135m", "--draft", "none", "--threads", "2", "--raw"]
 
@@ -19,7 +19,7 @@ def test_bench_takes_the_users_own_prompt_files(tmp_path, smol_path):
     proc = specdash("bench", *SMALL, "--drafters", "lookup", "--k", "2,24", "--repeat", "1",
                     "--max-tokens", "8", "--prompt-file", str(first), "--prompt-file", str(second),
                     "--json", str(out))
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     rows = json.loads(out.read_text())["results"]
     # plain, lookup K=2 and K=24 (a fixed K above the adaptive k_max), and lookup with
     # adaptive K (the default setting, so the bench shows it too) for each file
@@ -38,7 +38,7 @@ def test_bench_no_adaptive_runs_the_fixed_k_list_only(tmp_path, smol_path):
     out = tmp_path / "bench.json"
     proc = specdash("bench", *SMALL, "--drafters", "lookup", "--k", "3", "--repeat", "1", "--max-tokens", "8",
                     "--prompts", "code-edit", "--no-adaptive", "--json", str(out))
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     rows = json.loads(out.read_text())["results"]
     assert sorted((r["drafter"], r["k"], r["adaptive"]) for r in rows) == [("lookup", 3, False), ("plain", 0, False)]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_helpers import assert_usage_error, specdash
+from cli_helpers import assert_ok, assert_usage_error, specdash
 
 
 SMALL = ["--target", "smollm2-135m", "--threads", "2"]
@@ -14,7 +14,7 @@ SMALL = ["--target", "smollm2-135m", "--threads", "2"]
 def test_json_lines_contract(smol_path):
     proc = specdash("run", *SMALL, "--draft", "lookup", "--k", "3", "--max-tokens", "24",
                     "--prompt", "Count from 1 to 30, separated by commas.", "--json")
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     steps = [e for e in events if e["event"] == "step"]
     summary = events[-1]
@@ -37,7 +37,7 @@ def test_json_lines_contract(smol_path):
 
 def test_text_mode_streams_text_and_summarizes_on_stderr(smol_path):
     proc = specdash("run", *SMALL, "--draft", "none", "--max-tokens", "12", "--prompt", "Say hello.")
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     assert proc.stdout.strip()
     assert "tok/s" in proc.stderr and "acceptance" in proc.stderr
 
@@ -77,7 +77,7 @@ def test_k_above_the_adaptive_range_is_a_valid_fixed_k(smol_path):
     `starting K=24 refused: must lie in [k_min=0, k_max=16]`."""
     proc = specdash("run", *SMALL, "--draft", "lookup", "--k", "24", "--max-tokens", "40",
                     "--prompt", "Count from 1 to 30, separated by commas.", "--json")
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     assert events[0]["k"] == 24 and events[0]["k_max"] == 16
     assert any(e["event"] == "step" and e["k"] > 16 for e in events)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli_helpers import assert_usage_error, specdash
+from cli_helpers import assert_ok, assert_usage_error, specdash
 from moe_fixture import ARCH, make_tiny_moe
 
 from specdash import events as C
@@ -110,7 +110,7 @@ def test_cli_experts_in_range_run_and_change_the_output(tiny_moe):
     texts = {}
     for n in (1, N_EXPERT):
         proc = cli_run(tiny_moe, "--experts", str(n), "--json")
-        assert proc.returncode == 0, proc.stderr
+        assert_ok(proc)
         events = [json.loads(line) for line in proc.stdout.splitlines()]
         settings = next(e for e in events if e["event"] == "settings")
         assert (settings["experts"], settings["expert_count"]) == (n, N_EXPERT)
@@ -136,7 +136,7 @@ def test_config_file_experts_goes_through_the_same_check(tiny_moe, tmp_path):
     assert_usage_error(cli_run(tiny_moe, "--config", str(cfg)), f"experts={N_EXPERT + 3}", f"1..{N_EXPERT}")
     cfg.write_text("[model]\nexperts = 1\n")
     proc = cli_run(tiny_moe, "--config", str(cfg), "--json")
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     assert json.loads(proc.stdout.splitlines()[0])["experts"] == 1
 
 
@@ -265,7 +265,7 @@ BENCH = ["bench", "--draft", "none", "--drafters", "lookup", "--k", "2", "--raw"
 def test_bench_sweeps_expert_counts(tiny_moe, tmp_path):
     out = tmp_path / "bench.json"
     proc = specdash(*BENCH, "--target", str(tiny_moe), "--experts", f"1,{N_EXPERT}", "--json", str(out))
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     head = proc.stdout.splitlines()[0]
     assert "experts" in head and "tok/s" in head
     rows = [line.split() for line in proc.stdout.splitlines() if line.startswith("code-edit ")]
@@ -283,7 +283,7 @@ def test_bench_sweeps_expert_counts(tiny_moe, tmp_path):
 def test_bench_without_experts_keeps_its_table(tiny_moe, tmp_path):
     out = tmp_path / "bench.json"
     proc = specdash(*BENCH, "--target", str(tiny_moe), "--json", str(out))
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     assert "experts" not in proc.stdout
     assert all(r["experts"] is None for r in json.loads(out.read_text())["results"])
 

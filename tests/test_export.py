@@ -10,10 +10,10 @@ import time
 import httpx
 import pytest
 
-from cli_helpers import assert_usage_error, specdash
+from cli_helpers import assert_ok, assert_usage_error, specdash
 from specdash import events as E
 from specdash.export import command_line, preset_name, preset_section, server_args
-from specdash.llamacpp_tools import is_built, tool_path
+from specdash.llamacpp_tools import is_built, tool_command, tool_path
 
 
 def settings(**kw) -> E.SettingsEvent:
@@ -68,7 +68,7 @@ def test_preset_section_uses_long_argument_names():
 
 def test_cli_export_from_flags_and_from_a_recording(tmp_path, smol_path):
     proc = specdash("export", "--target", "smollm2-135m", "--draft", "lookup", "--k", "6", "--threads", "2")
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     assert proc.stdout.startswith(f"llama-server -m {smol_path} ") and "--spec-ngram-simple-size-m 6" in proc.stdout
     rec = tmp_path / "r.jsonl"
     run = specdash("run", "--target", "smollm2-135m", "--draft", "lookup", "--threads", "2", "--max-tokens", "6",
@@ -85,7 +85,7 @@ def test_cli_export_of_the_default_adaptive_settings_says_which_fixed_k_it_wrote
     never ran writes adaptive's starting K and says so; --k alone is that K, fixed, and
     then there is nothing to explain."""
     proc = specdash("export", "--target", "smollm2-135m", "--draft", "lookup", "--threads", "2")
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     note, command = proc.stdout.splitlines()
     assert note == ("# these settings use adaptive K; llama-server has none: exported fixed K=4, "
                     "the K adaptive starts at (choose it with --k N)")
@@ -102,7 +102,7 @@ def _server_accepts(args: list[str], tmp_path, *, probe: str = "/health") -> htt
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = (tmp_path / f"server-{port}.log").open("w")
-    proc = subprocess.Popen([str(tool_path("llama-server")), *args, "--host", "127.0.0.1", "--port", str(port)],
+    proc = subprocess.Popen([*tool_command("llama-server"), *args, "--host", "127.0.0.1", "--port", str(port)],
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 180

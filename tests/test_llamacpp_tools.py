@@ -133,7 +133,7 @@ def test_cli_path_prints_the_tool(real_bin: Path) -> None:
         [sys.executable, "-m", "specdash.llamacpp_tools", "path", "llama-server"],
         capture_output=True, text=True, timeout=60,
     )
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     assert proc.stdout.strip() == str(real_bin / "llama-server")
 
 
@@ -341,7 +341,9 @@ def test_peer_benchmark_parses_the_tools_output(real_bin: Path, smol_path: Path,
                                      "--spec-draft-n-max", "4"],
     }
     for tool, extra in runs.items():
-        proc = subprocess.run([str(real_bin / tool), *common, *extra], capture_output=True, text=True,
+        from specdash.engine.repack import tool_args
+
+        proc = subprocess.run([str(real_bin / tool), *tool_args(), *common, *extra], capture_output=True, text=True,
                               timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL)
         assert proc.returncode == 0, f"{tool}: {proc.stderr[-800:]}"
         if tool == "llama-completion":
@@ -377,7 +379,7 @@ def test_peer_benchmark_replays_specdashs_lookup_over_a_generated_text(smol_path
         proc = specdash("run", "--json", "--raw", "--prompt-file", str(prompt), "--target", str(smol_path),
                         "--draft", "lookup", "--k", "4", "--no-adaptive", "--threads", "1", "--ctx", "1024",
                         "--max-tokens", str(budget))
-        assert proc.returncode == 0, proc.stderr
+        assert_ok(proc)
         real = peer.parse_specdash_summary(proc.stdout, "specdash run")
         replay = peer.lookup_replay(vocab, templated, EngineSettings(), budget)
         steps, drafted, accepted = replay(real["text"], 4, real["n_generated"])

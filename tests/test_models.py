@@ -9,7 +9,7 @@ import pytest
 
 from specdash.errors import SpecdashError
 from specdash.models import registry
-from specdash.models.ggufcheck import GGUFArray, GGUFError, check_gguf, gguf_metadata, read_gguf_header
+from specdash.gguf_header import GGUFArray, GGUFError, check_gguf, gguf_metadata, read_gguf_header
 from specdash.models.resolve import resolve_model
 
 

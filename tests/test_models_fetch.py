@@ -16,7 +16,7 @@ import pytest
 
 from specdash.errors import SpecdashError
 from specdash.models.fetch import FetchProgress, fetch_model, fetch_spec
-from specdash.models.ggufcheck import check_gguf
+from specdash.gguf_header import check_gguf
 from specdash.models.registry import BUILTIN, ModelSpec, model_path
 
 N_PARTS = 12  # > 9, so lexical order (1, 10, 11, 12, 2, ...) would differ from numeric

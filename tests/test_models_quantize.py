@@ -10,7 +10,7 @@ import pytest
 from specdash.errors import SpecdashError
 from specdash.models import registry
 from specdash.models.compat import check_pair
-from specdash.models.ggufcheck import check_gguf, gguf_metadata
+from specdash.gguf_header import check_gguf, gguf_metadata
 from specdash.models.quantize import QUANTS, make_draft
 from specdash.models.resolve import resolve_model
 
@@ -28,11 +28,14 @@ def smol_cache(tmp_path, monkeypatch):
 
 
 def _loads(path) -> bool:
-    params = llama_cpp.llama_model_default_params()
-    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
-    if not model:
+    """Weights and all, through the engine's loader (the machine's repack verdict)."""
+    from specdash.engine.llm import LLM
+    from specdash.errors import SpecdashError
+
+    try:
+        LLM(path, n_ctx=256, n_threads=1).close()
+    except SpecdashError:
         return False
-    llama_cpp.llama_model_free(model)
     return True
 
 

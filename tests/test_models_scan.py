@@ -20,7 +20,7 @@ import moe_fixture
 from specdash.cli import main
 from specdash.errors import SpecdashError
 from specdash.models import scan as scan_mod
-from specdash.models.ggufcheck import FILE_TYPES, read_gguf_header, read_string_array
+from specdash.gguf_header import FILE_TYPES, read_gguf_header, read_string_array
 from specdash.models.scan import (
     ModelInfo,
     ScanProgress,
@@ -253,16 +253,16 @@ def test_registry_models_described_from_headers(registry_dir, private_cache):
 def test_parameter_counts_agree_with_llama_cpp(smol_path, tiny_moe, tmp_path, private_cache):
     import llama_cpp
 
+    from specdash.engine.llm import LLM
+
     result = scan([link(tmp_path / "d", smol_path, tiny_moe)])
     for m in result.models:
-        params = llama_cpp.llama_model_default_params()
-        model = llama_cpp.llama_model_load_from_file(str(m.path).encode(), params)
-        assert model
+        llm = LLM(m.path, n_ctx=256, n_threads=1)  # the engine's loader: the machine's repack verdict
         try:
-            assert m.n_params == llama_cpp.llama_model_n_params(model), m.label
-            assert m.tensor_bytes <= llama_cpp.llama_model_size(model) <= m.size
+            assert m.n_params == llama_cpp.llama_model_n_params(llm.model), m.label
+            assert m.tensor_bytes <= llama_cpp.llama_model_size(llm.model) <= m.size
         finally:
-            llama_cpp.llama_model_free(model)
+            llm.close()
 
 
 def test_moe_fixture_experts_and_active_bytes(tiny_moe, tmp_path, private_cache):

@@ -15,7 +15,7 @@ import pytest
 
 from moe_fixture import ARCH, _smollm2, make_tiny_moe
 
-import llama_cpp
+from specdash.engine.llm import LLM
 
 
 PROMPT = "def fibonacci(n):\n    return"
@@ -28,19 +28,17 @@ def tiny_moe(tmp_path_factory) -> Path:
     return make_tiny_moe(path, n_expert=N_EXPERT, n_expert_used=2)
 
 
-def load(path: Path, **kwargs) -> "llama_cpp.Llama":
-    return llama_cpp.Llama(str(path), n_ctx=256, n_threads=2, n_batch=64, verbose=False, **kwargs)
+def load(path: Path, **kwargs) -> LLM:
+    """Through the engine's loader, which applies the machine's weight-repacking verdict
+    (AMX crashes some CPUs on a multi-token batch: engine/repack.py)."""
+    return LLM(path, n_ctx=256, n_threads=2, n_batch=64, **kwargs)
 
 
 def last_logits(path: Path, experts: int | None) -> np.ndarray:
     overrides = None if experts is None else {f"{ARCH}.expert_used_count": experts}
     llm = load(path, kv_overrides=overrides)
     try:
-        # eval() asks for the last position's logits only; read them from the context
-        # (Llama.scores is filled only with logits_all=True).
-        llm.eval(llm.tokenize(PROMPT.encode()))
-        row = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
-        return np.ctypeslib.as_array(row, shape=(llm.n_vocab(),)).copy()
+        return llm.decode(llm.tokenize(PROMPT), 0, "last")[0].copy()
     finally:
         llm.close()
 
@@ -66,14 +64,14 @@ def test_same_seed_same_bytes(tmp_path, tiny_moe):
 
 
 def test_tokenizer_is_smollm2s(tiny_moe):
-    moe = load(tiny_moe, vocab_only=True)
-    smol = load(_smollm2(), vocab_only=True)
+    moe = LLM(tiny_moe, vocab_only=True)
+    smol = LLM(_smollm2(), vocab_only=True)
     try:
-        assert moe.n_vocab() == smol.n_vocab() == 49152
-        tokens = smol.tokenize(PROMPT.encode())
-        assert moe.tokenize(PROMPT.encode()) == tokens
+        assert moe.n_vocab == smol.n_vocab == 49152
+        tokens = smol.tokenize(PROMPT)
+        assert moe.tokenize(PROMPT) == tokens
         assert moe.detokenize(tokens) == smol.detokenize(tokens)
-        assert (moe.token_bos(), moe.token_eos()) == (smol.token_bos(), smol.token_eos())
+        assert (moe.bos, moe.eos) == (smol.bos, smol.eos)
     finally:
         moe.close()
         smol.close()

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from cli_helpers import assert_usage_error, specdash
+from cli_helpers import assert_ok, assert_usage_error, specdash
 from pilot_helpers import bounded
 from specdash import events as E
 from specdash.engine.settings import EngineSettings
@@ -195,7 +195,7 @@ def test_run_record_writes_telemetry_too(tmp_path, smol_path):
     out = tmp_path / "run.jsonl"
     proc = specdash("run", "--target", "smollm2-135m", "--draft", "lookup", "--threads", "2", "--max-tokens", "12",
                     "--prompt", PROMPT, "--record", str(out), "--at", "4:k=7")
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     rec = read_recording(out)
     settings = [ev for ev in rec.events if isinstance(ev, E.SettingsEvent)]
     assert [s.command for s in settings] == ["", "k=7"]
@@ -327,7 +327,7 @@ def test_impossible_numbers_stop_the_recording_at_their_line(tmp_path, patch, sa
 def test_replay_summary_says_where_an_impossible_recording_stops(tmp_path):
     bad = _with_bad_line(tmp_path, {"verify_ms": "Infinity", "accepted": -7})
     proc = specdash("replay", "--summary", str(bad))
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     assert "Traceback" not in proc.stderr + proc.stdout
     assert "stopped at line 12: StepEvent.accepted: -7 is negative" in proc.stdout
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import specdash
+from cli_helpers import assert_ok, specdash
 from specdash import events as E
 from specdash.engine.controller import CostModelController
 from specdash.engine.engine import Engine
@@ -454,7 +454,7 @@ def test_status_line_names_the_strategy_only_for_a_recurrent_target():
 def test_run_json_carries_the_rollback(mamba2_path, mamba2_draft_path):
     proc = specdash("run", "--raw", "--json", "--target", str(mamba2_path), "--draft", str(mamba2_draft_path),
                     "--k", "4", "--max-tokens", "24", "--threads", "1", "--prompt", PROMPT)
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     import json
 
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import assert_usage_error, specdash
+from cli_helpers import assert_ok, assert_usage_error, specdash
 
 from specdash import events as E
 from specdash.errors import SpecdashError
@@ -214,7 +214,7 @@ def test_a_real_engine_applies_each_command_before_the_next_step(smol_path):
 
 def run_json(*args: str) -> tuple[list[dict], str]:
     proc = specdash("run", *SMALL, "--json", "--prompt", COUNT, *args)
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     return [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr
 
 
@@ -282,7 +282,7 @@ def test_run_pause_pauses_then_resumes(smol_path):
 def test_commands_the_run_never_reached_are_noted(smol_path):
     proc = specdash("run", *SMALL, "--draft", "none", "--max-tokens", "5", "--prompt", COUNT,
                     "--at", "5:k=3", "--at", "40:k=2")
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     note = [line for line in proc.stderr.splitlines() if "note:" in line]
     assert note == ["specdash: note: the run ended before these scheduled commands applied: "
                     "--at 5:k=3 (k=3 after step 5), --at 40:k=2 (k=2 after step 40)"]
@@ -315,6 +315,6 @@ def test_bad_at_and_missing_schedule_are_usage_errors(tmp_path):
 
 def test_text_mode_shows_refusals_on_stderr(smol_path):
     proc = specdash("run", *SMALL, "--draft", "lookup", "--max-tokens", "10", "--prompt", COUNT, "--at", "2:k=-1")
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     assert "specdash: warning: k=-1 refused: must be an integer 0..64; kept k=4" in proc.stderr
     assert proc.stdout.strip()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from cli_helpers import specdash
+from cli_helpers import assert_ok, specdash
 from specdash import events as E
 from specdash.sweep import Sweep
 from specdash.tui.app import DashboardOptions, SpecdashApp
@@ -72,7 +72,7 @@ def test_headless_sweep_on_the_real_model_drives_k_through_commands(tmp_path, sm
     proc = specdash("sweep", "--headless", "--target", "smollm2-135m", "--draft", "lookup", "--threads", "2",
                     "--ks", "0,3,24", "--rounds", "1", "--sweep-tokens", "16", "--json", str(out),
                     "--prompt", "Write the numbers from 1 to 60, separated by commas.")
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     data = json.loads(out.read_text())
     assert [p["k"] for p in data["points"]] == [0, 3, 24]
     assert all(len(p["runs"]) == 1 and p["n_generated"] == [16] for p in data["points"])

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from cli_helpers import assert_usage_error, specdash
+from cli_helpers import assert_ok, assert_usage_error, specdash
 from specdash import events as E
 from specdash.commands.sweep import table
 from specdash.sweep import Sweep
@@ -81,7 +81,7 @@ def test_headless_sweep_at_two_temperatures_on_the_real_model(tmp_path, smol_pat
     proc = specdash("sweep", "--headless", "--target", "smollm2-135m", "--draft", "lookup", "--threads", "2",
                     "--ks", "1,2", "--temps", "0,0.7", "--temp", "0.2", "--rounds", "1", "--sweep-tokens", "16",
                     "--json", str(out), "--prompt", PROMPT)
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     data = json.loads(out.read_text())
     # a row per (K, T); T as the engine's SettingsEvent reported it at each run's start
     assert [(p["k"], p["temperature"]) for p in data["points"]] == [(1, 0.0), (2, 0.0), (1, 0.7), (2, 0.7)]

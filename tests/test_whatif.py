@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import assert_usage_error, specdash
+from cli_helpers import assert_ok, assert_usage_error, specdash
 from specdash import events as E
 from specdash.engine.controller import CostModelController
 from specdash.engine.settings import EngineSettings
@@ -433,7 +433,7 @@ def test_whatif_from_a_recording(smol_path, tmp_path):
     out = tmp_path / "report.json"
     proc = specdash("whatif", "--recording", str(rec), "--target", str(smol_path), "--threads", "1",
                     "--draft", "lookup", "--profile", "epyc-32b", "--ks", "1-4,16", "--json", str(out))
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     assert "oracle best" in proc.stdout and "<- oracle best" in proc.stdout
     assert "adaptive / best fixed" in proc.stdout
     report = json.loads(out.read_text())
@@ -481,7 +481,7 @@ def test_save_profile_writes_what_profile_reads(smol_path, small_draft, tmp_path
     base = ["whatif", "--prompt", "Count from 1 to 20.", "--target", str(smol_path), "--draft", str(small_draft),
             "--threads", "1", "--max-tokens", "12", "--ks", "1-2"]
     proc = specdash(*base, "--save-profile", str(saved))
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     assert "profile here" in proc.stdout
     prof = load_profile(str(saved))
     assert prof.name == "here" and min(prof.verify) == 1 and max(prof.verify) == 33
@@ -497,7 +497,7 @@ def test_headless_sweep_with_whatif_predictions(smol_path, tmp_path):
     proc = specdash("sweep", "--headless", "--target", str(smol_path), "--draft", "lookup", "--threads", "1",
                     "--ks", "0,4", "--rounds", "1", "--sweep-tokens", "16", "--json", str(out),
                     "--whatif", "epyc-32b", "--prompt", "Write the numbers from 1 to 60, separated by commas.")
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     data = json.loads(out.read_text())
     pred = {p["k"]: p for p in data["predicted"]["points"]}
     assert data["predicted"]["from"] == "whatif on profile epyc-32b" and set(pred) == {0, 4}

@@ -52,6 +52,9 @@ def run(args: argparse.Namespace) -> int:
         out.print(line)
     for role, path in (("target", target), ("draft ", draft)):
         out.print(f"{role} {_rollback(path)}", soft_wrap=True)
+    from specdash.engine import repack
+
+    out.print(f"weights repack {repack.resolve().label()} (specdash doctor says more)", soft_wrap=True)
     if report.compatible:
         out.print(Text("compatible: the draft can speculate for the target", style="green"))
         return 0

@@ -75,6 +75,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_k: bool = True
     _flag(r, "threads")
     _flag(r, "ctx")
     _flag(r, "raw")
+    _flag(r, "repack", "MODE")
 
 
 def load_settings(args: argparse.Namespace):

@@ -1,5 +1,6 @@
 """`specdash doctor`: system hints for CPU inference (threads, OpenMP, NUMA, huge pages,
-CPU governor), warnings first. Advice only: the exit code is 0 whatever it finds."""
+CPU governor) and llama.cpp's weight repacking on this CPU, warnings first. Advice only:
+the exit code is 0 whatever it finds."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ import argparse
 import json
 from dataclasses import asdict
 
-from specdash.telemetry.hints import Hint, collect_hints
+from typing import TYPE_CHECKING
+
+from specdash.telemetry.hints import LEVEL_ORDER, Hint, collect_hints
+
+if TYPE_CHECKING:
+    from specdash.engine.repack import Verdict
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,8 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Check settings outside specdash that change its speed and print one line per "
             "check, warnings first, each with what it read: engine threads against physical "
             "cores, OMP_NUM_THREADS, NUMA memory policy (interleave on a multi-node machine), "
-            "transparent huge pages, and the CPU frequency governor. Hints are advice: the "
-            "exit code is 0 whatever they say."
+            "transparent huge pages, the CPU frequency governor, and weight repacking (llama.cpp's "
+            "AMX repacking crashes on some Intel CPUs: a probe decides once per machine, see "
+            "--repack). Hints are advice: the exit code is 0 whatever they say."
         ),
         epilog=(
             "Examples: `specdash doctor --threads 8`; "
@@ -42,11 +49,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="read proc/ and sys/ under DIR instead of / (to check a copied tree; default: /)",
     )
+    parser.add_argument(
+        "--repack", metavar="MODE", default="auto",
+        help="the weight-repacking setting to check: auto (default: the probe's verdict, or "
+        "$SPECDASH_REPACK), on, no-amx, off",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from specdash.engine import repack
+
+    setting = repack.check_setting(args.repack, "--repack")
     hints = collect_hints(threads=args.threads, root=args.root)
+    hints = sorted([*hints, repack_hint(repack.resolve(setting))], key=lambda h: LEVEL_ORDER[h.level])
     if args.json:
         print(json.dumps({"hints": [asdict(hint) for hint in hints]}, indent=2))
     else:
@@ -57,3 +73,17 @@ def run(args: argparse.Namespace) -> int:
 
 def format_hint(hint: Hint) -> str:
     return f"{hint.level.upper():<4}  {hint.key:<8}  {hint.message}  [read: {hint.evidence}]"
+
+
+def repack_hint(verdict: Verdict) -> Hint:
+    """What weight repacking this machine loads models with, and what decided it."""
+    from specdash.engine.repack import cache_file
+
+    evidence = verdict.describe()
+    if verdict.origin in ("probe", "cache"):
+        evidence += f"; cached in {cache_file()}"
+    if verdict.crashed:
+        kept = {"no-amx": "AMX avoided, the other repacking kept",
+                "off": "every model loads without repacking (slower)"}.get(verdict.mode, "")
+        return Hint("warn", "repack", f"repack {verdict.label()}: {kept}", evidence)
+    return Hint("ok", "repack", f"repack {verdict.label()}", evidence)

@@ -137,9 +137,14 @@ class Engine:
             target_path=self._target_path,
             draft_path=self._draft_path(),
             rollback=self._rollback().strategy.describe(),
+            repack_verdict=self._repack_label(),
             t=E.now(),
             **flat,
         )
+
+    def _repack_label(self) -> str:
+        verdict = getattr(self.target, "repack", None)
+        return verdict.label() if verdict is not None else ""
 
     def apply_pending(self, skip_stop: bool = False) -> Iterator[Event]:
         """Apply every queued command now, between runs (the bench's sweeps, the

@@ -8,12 +8,14 @@ KV-cache rollback of rejected positions. The high-level `Llama` class does neith
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 from pathlib import Path
 from typing import Any, Literal, Sequence, overload
 
 import numpy as np
 import llama_cpp as ll
 
+from specdash.engine import repack
 from specdash.engine.llamalog import clear_tail, last_log_error
 from specdash.engine.rollback import Strategy, snapshot_budget
 from specdash.engine.rollback import probe as probe_rollback
@@ -50,19 +52,25 @@ class LLM:
         kv_overrides: dict[str, int | float | bool] | None = None,
         vocab_only: bool = False,
         n_rs_seq: int = 0,
+        repack_setting: str = "auto",
     ):
         """n_rs_seq: recurrent-state snapshots to ask for (the longest draft to take back
         without a checkpoint); llama.cpp keeps them only for some architectures, and a KV
-        cache ignores it. `self.strategy` says what the context really has."""
+        cache ignores it. `self.strategy` says what the context really has.
+        repack_setting: weight repacking (engine/repack.py); "auto" probes once per machine."""
         self.path = Path(path)
         self.kv_overrides = dict(kv_overrides or {})
+        # A vocabulary-only load places no weights: nothing to decide, no probe to run.
+        self.repack = repack.Verdict("off", "off", "setting") if vocab_only else repack.resolve(repack_setting)
         mparams = ll.llama_model_default_params()
         mparams.vocab_only = vocab_only
         if self.kv_overrides:
             self._kv_arr = _kv_override_array(self.kv_overrides)  # must outlive the load
             mparams.kv_overrides = self._kv_arr
+        placement = repack.ModelParams(mparams, self.path, self.repack)  # must outlive the load
         clear_tail()
         self.model = ll.llama_model_load_from_file(str(self.path).encode(), mparams)
+        del placement
         if not self.model:
             why = last_log_error() or "llama.cpp could not load it"
             raise SpecdashError(f"{self.path}: failed to load model: {why}")
@@ -87,10 +95,10 @@ class LLM:
         cparams.n_threads_batch = self.n_threads
         # llama.cpp aborts (GGML_ASSERT in llama-batch.cpp) unless n_ubatch > n_rs_seq + 1.
         requested = max(0, min(n_rs_seq, n_batch - 2))
-        n_rs_seq = 0
+        n_rs_seq, refused = 0, ""
         if requested and (ll.llama_model_is_recurrent(self.model) or ll.llama_model_is_hybrid(self.model)):
             # Only a recurrent state keeps snapshots, and too many abort context creation.
-            n_rs_seq = snapshot_budget(str(self.path), requested, n_ctx, n_batch)
+            n_rs_seq, refused = snapshot_budget(str(self.path), requested, n_ctx, n_batch, self.repack.mode)
         cparams.n_rs_seq = n_rs_seq
         self.ctx = ll.llama_init_from_model(self.model, cparams)
         if not self.ctx:
@@ -103,6 +111,8 @@ class LLM:
         self.mem = ll.llama_get_memory(self.ctx)
         self._batch = ll.llama_batch_init(n_batch, 0, 1)
         self.strategy = probe_rollback(self, requested)
+        if refused and self.strategy.n_rs_seq < requested:
+            self.strategy = dataclasses.replace(self.strategy, refused=refused)
 
     # --- metadata -------------------------------------------------------------------
     def meta(self, key: str) -> str | None:

@@ -46,6 +46,7 @@ class Strategy:
     checkpoint_bytes: int = 0  # the partial state's size at the probe; 0: no checkpoint works
     requested: int = 0  # the n_rs_seq asked for; more than n_rs_seq: clamped (llama.cpp, graph size)
     why: str = ""  # for "none": what llama.cpp refused
+    refused: str = ""  # how the last snapshot count that was refused ended, e.g. "n_rs_seq 32: killed by SIGABRT"
 
     def describe(self) -> str:
         """What the operator sees: "" for a KV cache (nothing to say)."""
@@ -65,7 +66,8 @@ class Strategy:
             return "warning", (f"{arch} target: llama.cpp can take back no rejected draft here ({self.why}); "
                                "decoding plainly (K=0)")
         if self.kind == "snapshots":
-            fewer = f" ({self.requested} would overflow llama.cpp's compute graph)" if self.requested > self.n_rs_seq else ""
+            fewer = (f" ({self.requested} would overflow llama.cpp's compute graph: {self.refused})"
+                     if self.requested > self.n_rs_seq else "")
             longer = "; longer ones use a checkpoint" if self.checkpoint_bytes else ""
             # Each snapshot is one more copy of the recurrent state, which the checkpoint holds.
             memory = f", +{_size(self.n_rs_seq * self.checkpoint_bytes)} of state" if self.checkpoint_bytes else ""
@@ -73,7 +75,8 @@ class Strategy:
                             f"drafts up to {self.n_rs_seq} tokens are taken back without replay{longer}")
         if self.kind == "checkpoint":
             clamped = (f" (llama.cpp kept no recurrent-state snapshots for {arch}: n_rs_seq {self.requested} "
-                       "asked, 0 granted)" if self.requested else "")
+                       "asked, 0 granted" + (f"; {self.refused}" if self.refused else "") + ")"
+                       if self.requested else "")
             return "info", (f"{arch} target: its recurrent state is checkpointed ({self.describe()}) before each "
                             f"verify batch and restored after a rejection, then the kept tokens are decoded "
                             f"again{clamped}")
@@ -114,9 +117,11 @@ class Checkpoint:
 # Creates a context with n_rs_seq snapshots and exits 0, or dies trying (see snapshot_budget).
 _TRY_CONTEXT = """
 import sys, llama_cpp as ll
+from specdash.engine.repack import ModelParams, Verdict
 ll.llama_backend_init()
 path, n_rs, n_ctx, n_batch = sys.argv[1], *map(int, sys.argv[2:5])
 mp = ll.llama_model_default_params()
+keep = ModelParams(mp, path, Verdict(sys.argv[5], sys.argv[5], "setting"))
 model = ll.llama_model_load_from_file(path.encode(), mp)
 cp = ll.llama_context_default_params()
 cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_rs_seq, cp.n_threads, cp.n_threads_batch = n_ctx, n_batch, n_batch, n_rs, 1, 1
@@ -124,29 +129,36 @@ sys.exit(0 if model and ll.llama_init_from_model(model, cp) else 3)
 """
 
 
-def snapshot_budget(path: str, requested: int, n_ctx: int, n_batch: int) -> int:
-    """The most snapshots, up to `requested`, a context of this model can be created with.
+def snapshot_budget(path: str, requested: int, n_ctx: int, n_batch: int,
+                    repack_mode: str = "on") -> tuple[int, str]:
+    """The most snapshots, up to `requested`, a context of this model can be created with,
+    and how the last refused count ended ("" when the first count worked).
 
     Each snapshot adds copy nodes per recurrent layer to llama.cpp's compute graph, whose
     size is fixed from the model's tensor count (llama_context::graph_max_nodes): past it,
     context creation aborts the whole process (GGML_ASSERT in ggml-backend.cpp; measured:
     the 4-layer lfm2 fixture takes n_rs_seq 48, not 64). An abort cannot be caught, so
     each count is tried in a child process first (the model is memory-mapped, ~1 s),
-    halving until one is created; 0 if none is."""
-    n = requested
+    halving until one is created; 0 if none is. The child loads weights as the engine
+    does (`repack_mode`)."""
+    from specdash.engine.repack import describe_exit
+
+    n, failure = requested, ""
     while n > 0:
         try:
             # The graph's size does not depend on the context length: a short one spares
             # the child a second full-size KV cache.
-            rc = subprocess.run([sys.executable, "-c", _TRY_CONTEXT, path, str(n), str(min(n_ctx, n_batch)),
-                                 str(n_batch)],
-                                capture_output=True, timeout=300).returncode
+            proc = subprocess.run([sys.executable, "-c", _TRY_CONTEXT, path, str(n), str(min(n_ctx, n_batch)),
+                                   str(n_batch), repack_mode],
+                                  capture_output=True, text=True, timeout=300)
         except subprocess.TimeoutExpired:
-            rc = -1
-        if rc == 0:
-            return n
+            failure = f"n_rs_seq {n}: timed out after 300 s"
+        else:
+            if proc.returncode == 0:
+                return n, failure
+            failure = f"n_rs_seq {n}: {describe_exit(proc.returncode, proc.stderr)}"
         n //= 2
-    return 0
+    return 0, failure
 
 
 def probe(llm: LLM, requested: int) -> Strategy:

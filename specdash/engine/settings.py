@@ -35,6 +35,7 @@ class Limit:
     optional: bool = False  # None is allowed (TOML: key omitted)
     flag: str | None = None  # argparse dest that overrides it; None = config file only
     sampling: bool = False  # a field of SamplingParams, not of EngineSettings
+    choices: tuple[str, ...] = ()  # a str setting with a closed set of values
 
     @property
     def allowed(self) -> str:
@@ -44,7 +45,7 @@ class Limit:
         if self.kind is list:
             return "a list of folder paths, e.g. [\"~/models\"]"
         if self.kind is str:
-            return "a non-empty string"
+            return f"one of {', '.join(self.choices)}" if self.choices else "a non-empty string"
         if self.kind is int:
             if self.hi is None:
                 return f"an integer >= {self.lo:.0f}"
@@ -71,7 +72,7 @@ class Limit:
         if not isinstance(v, self.kind) or v != v:  # v != v: NaN
             raise ValueError(self.name)
         checked: Any = v  # isinstance against a type held in a field narrows to object
-        if self.kind is str and not checked.strip():
+        if self.kind is str and (not checked.strip() or (self.choices and checked not in self.choices)):
             raise ValueError(self.name)
         if self.lo is not None and (checked <= self.lo if self.lo_open else checked < self.lo):
             raise ValueError(self.name)
@@ -91,6 +92,12 @@ LIMITS: tuple[Limit, ...] = (
     Limit("model", "threads", int, None, "CPU threads (default: physical cores)", lo=1,
           optional=True, flag="threads"),
     Limit("model", "ctx", int, 4096, "context size in tokens", lo=256, flag="ctx"),
+    # Probed once per machine (engine/repack.py): AMX repacking crashes llama.cpp on some
+    # Intel CPUs (llama.cpp #20824). $SPECDASH_REPACK stands in for "auto" when set.
+    Limit("model", "repack", str, "auto",
+          "weight repacking at model load: auto (probed once per machine: on, or without AMX "
+          "where AMX crashes, else off), on, no-amx or off ($SPECDASH_REPACK sets it under auto)",
+          flag="repack", choices=("auto", "on", "no-amx", "off")),
     Limit("model", "experts", int, None, "MoE targets: active experts per token (1..expert_count)",
           lo=1, optional=True, flag="experts"),  # the top depends on the model: checked on load
     Limit("speculative", "k", int, 4, "draft tokens per step; 0 = plain decoding", lo=0, hi=K_CAP, flag="k"),
@@ -172,6 +179,7 @@ class EngineSettings:
     lookup_min_ngram: int = _default("lookup_min_ngram")
     lookup_max_ngram: int = _default("lookup_max_ngram")
     experts: int | None = _default("experts")
+    repack: str = _default("repack")
 
     def __post_init__(self) -> None:
         check(self)

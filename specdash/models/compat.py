@@ -8,7 +8,7 @@ The rules run on a `Vocab`, which comes from one of two places:
 - `vocab_from_llama`: llama.cpp itself (a vocab_only load: no weights, well under a
   second even for a 151k-token vocab), so the check sees exactly what the engine's
   models will see. `check_pair` (`specdash check`, the engine) uses this.
-- `vocab_from_metadata`: the GGUF header alone, read by ggufcheck, with llama.cpp's
+- `vocab_from_metadata`: the GGUF header alone, read by gguf_header, with llama.cpp's
   loader defaults (llama-vocab.cpp) applied. No llama.cpp, so a whole disk of models
   can be checked in seconds (`specdash models pairs`); tests hold the two to the same
   answers on real models.
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from specdash.errors import SpecdashError
-from specdash.models.ggufcheck import GGUFArray, read_string_array
+from specdash.gguf_header import GGUFArray, read_string_array
 
 # Same constants as llama.cpp's speculative.cpp.
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128
@@ -177,6 +177,8 @@ def vocab_from_llama(path: str | Path) -> Vocab:
         llama_cpp.llama_backend_init()
         _backend_ready = True
     params = llama_cpp.llama_model_default_params()
+    # Vocabulary only: no weight is placed, so weight repacking (engine/repack.py) has
+    # nothing to decide here.
     params.vocab_only = True
     with captured_llama_log() as log:
         model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)

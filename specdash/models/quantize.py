@@ -20,7 +20,7 @@ import llama_cpp
 
 from specdash.errors import SpecdashError
 from specdash.models.fetch import ProgressCallback
-from specdash.models.ggufcheck import check_gguf
+from specdash.gguf_header import check_gguf
 from specdash.models.llamalog import captured_llama_log, last_lines
 from specdash.models.registry import (
     BUILTIN,

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from specdash.errors import SpecdashError
+from specdash.paths import cache_dir
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b"
@@ -105,11 +106,6 @@ class ModelEntry:
     path: Path
     size: int | None  # expected size (built-in) or current file size; None if unknown
     cached: bool
-
-
-def cache_dir() -> Path:
-    env = os.environ.get("SPECDASH_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "specdash"
 
 
 def models_dir() -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specdash.errors import SpecdashError
 from specdash.models.fetch import ProgressCallback, fetch_model
-from specdash.models.ggufcheck import GGUFError, check_gguf
+from specdash.gguf_header import GGUFError, check_gguf
 from specdash.models.registry import BUILTIN, find_user_draft, known_names, model_path
 
 

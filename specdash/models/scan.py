@@ -2,7 +2,7 @@
 
 `scan()` walks directories (by default the specdash cache, configured model dirs and the
 usual caches of llama.cpp, LM Studio and Ollama), reads every GGUF's header and metadata
-through ggufcheck (never the weights) and returns one `ModelInfo` per model: a file, or
+through gguf_header (never the weights) and returns one `ModelInfo` per model: a file, or
 a multi-part set (`name-00001-of-00003.gguf` ...) counted once. Files that cannot be
 used are returned apart, each with a one-line reason; the scan goes on past them.
 
@@ -27,7 +27,7 @@ from typing import Any
 
 from specdash.errors import SpecdashError
 from specdash.models.compat import TOKEN_DIGESTS, Vocab, vocab_from_metadata
-from specdash.models.ggufcheck import (
+from specdash.gguf_header import (
     GGUFError,
     GGUFHeader,
     check_gguf,

@@ -509,7 +509,13 @@ class DashboardBase(App[int]):
 
     def action_help(self) -> None:
         rows = [(c.key, c.description, self.why_unavailable(c.action)) for c in controls()]
-        self.push_screen(HelpScreen(rows))
+        st = self.state.settings
+        notes = []
+        if st is not None and st.repack_verdict:
+            notes.append(("weights", f"repack {st.repack_verdict} (`specdash doctor` says more)"))
+        if st is not None and st.rollback:
+            notes.append(("rollback", st.rollback))
+        self.push_screen(HelpScreen(rows, notes))
 
     async def action_quit(self) -> None:
         self._stop_source()

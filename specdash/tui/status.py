@@ -1,7 +1,8 @@
 """The status line: source state, models, K, tok/s, acceptance, fitted to the width.
 
 What an operator watches (K, tok/s, acceptance) never gives way. As the terminal
-narrows, the rest does, in this order: a recurrent target's rollback strategy, the
+narrows, the rest does, in this order: weight repacking where it is not on (the help
+screen says why), a recurrent target's rollback strategy, the
 content class, the experts and the temperature, the model names (shortened, then dropped), the state's word (its icon
 stays), then the numbers' wording ("K 3 fixed" -> "K 3", "123.4 tok/s" -> "123 tok/s").
 `MIN_COLUMNS` is the narrowest terminal that still holds all three numbers, whatever
@@ -65,6 +66,9 @@ def status_parts(state: DashState, fallback: tuple[str, str], width: int) -> tup
     tps = state.stats.tokens_per_s
     acc = state.stats.recent_counters().acceptance_rate
     optional = {
+        # Only where it is not llama.cpp's default: "repack off" says the machine is slower on purpose.
+        "repack": f"repack {st.repack_verdict.split(' (')[0]}"
+        if st is not None and st.repack_verdict and not st.repack_verdict.startswith("on") else None,
         # A recurrent/hybrid target's way back from rejected drafts; nothing for a KV cache.
         "rollback": f"rollback: {st.rollback}" if st is not None and st.rollback else None,
         "content": step.content if step is not None and step.content else None,
@@ -102,6 +106,8 @@ def status_parts(state: DashState, fallback: tuple[str, str], width: int) -> tup
             parts.append(content)
         if rollback := shown.get("rollback"):
             parts.append(rollback)
+        if repacked := shown.get("repack"):
+            parts.append(repacked)
         return parts
 
     # Tries, widest first: shorter model names, then fewer optional parts, then no names,

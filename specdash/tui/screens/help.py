@@ -37,10 +37,12 @@ class HelpScreen(ModalScreen[None]):
         Binding("escape,question_mark,q", "close", "Close", id="help.close"),
     ]
 
-    def __init__(self, controls: list[tuple[str, str, str]]):
-        """controls: (key, description, "" or why it is unavailable now)."""
+    def __init__(self, controls: list[tuple[str, str, str]], notes: list[tuple[str, str]] | None = None):
+        """controls: (key, description, "" or why it is unavailable now); notes: (name,
+        text) about how the source runs, e.g. ("weights", "repack off (AMX crashed in a probe)")."""
         super().__init__()
         self._controls = controls
+        self._notes = notes or []
 
     def compose(self) -> ComposeResult:
         keys = Table.grid(padding=(0, 2))
@@ -62,6 +64,14 @@ class HelpScreen(ModalScreen[None]):
             yield Static(keys)
             yield Static(Text("\nWhat the numbers mean", style="bold underline"))
             yield Static(metrics)
+            if self._notes:
+                notes = Table.grid(padding=(0, 2))
+                notes.add_column(style="bold")
+                notes.add_column()
+                for name, text in self._notes:
+                    notes.add_row(name, text)
+                yield Static(Text("\nHow this source runs", style="bold underline"))
+                yield Static(notes)
             yield Static(Text("\nCtrl+P opens the command palette (every control, and the theme).", style="dim"))
 
     def action_close(self) -> None:
