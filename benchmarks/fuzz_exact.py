@@ -296,11 +296,22 @@ def must_refuse(cmd: E.Command, pair: Pair) -> bool:
 
 
 class Reference:
-    """Plain greedy decoding of the target (one LLM per expert count, loaded on demand)."""
+    """Plain greedy decoding of the target, one token per forward pass (one LLM per expert
+    count, loaded on demand).
+
+    It is asked the same questions over and over (the plain continuation of a prompt; the
+    argmax after a run's tokens, which mostly follow that continuation), so it keeps what
+    it computed: its memory holds the prompt (prefilled as the engine does) and then rows
+    decoded one token per pass, and every prediction made along that path is recorded.
+    A question whose tokens share a prefix with that path reuses its rows and answers,
+    and only the rest is decoded: rows decoded one per pass at the same positions after
+    the same tokens are the same bits, so a reused answer is the one a fresh pass gives."""
 
     def __init__(self, pair: Pair):
         self.pair = pair
         self._llms: dict[int | None, LLM] = {}
+        # Per expert count: (n_prompt, the tokens in memory, {position: (argmax, top-two gap)}).
+        self._path: dict[int | None, tuple[int, list[int], dict[int, tuple[int, float]]]] = {}
         self._plain: dict[tuple[tuple[int, ...], int | None], list[int]] = {}
 
     def llm(self, experts: int | None) -> LLM:
@@ -317,6 +328,35 @@ class Reference:
                                   kv_overrides=overrides)
         return self._llms[key]
 
+    def _walk(self, tokens: Sequence[int], n_prompt: int, experts: int | None, upto: int) -> dict[int, tuple[int, float]]:
+        """Predictions for positions n_prompt..upto given tokens[:position], each from one
+        forward pass of the token before it; tokens past len(tokens) follow the argmax."""
+        key = experts if self.pair.expert_count else None
+        llm = self.llm(experts)
+        have_prompt, seq, seen = self._path.get(key, (0, [], {}))
+        prompt = list(tokens[:n_prompt])
+        # Another user of this model (a test sharing it) moved its memory: start over.
+        if have_prompt != n_prompt or seq[: n_prompt - 1] != prompt[:-1] or llm.rows != seq:
+            llm.prefill_prompt(prompt[:-1])  # reused when it is the prompt prefilled last
+            seq, seen = prompt[:-1], {}
+        else:
+            common = n_prompt - 1
+            while common < min(len(seq), len(tokens)) and seq[common] == tokens[common]:
+                common += 1
+            if common < len(seq):
+                llm.kv_truncate(common)
+                del seq[common:]
+                seen = {p: v for p, v in seen.items() if p <= common}
+        self._path[key] = (n_prompt, seq, seen)
+        while len(seq) < upto:
+            pos = len(seq)
+            tok = tokens[pos] if pos < len(tokens) else seen[pos][0]
+            row = llm.decode([tok], pos, logits="last")[0]
+            seq.append(tok)
+            top2 = np.partition(row, -2)[-2:]
+            seen[pos + 1] = (int(row.argmax()), float(top2[1] - top2[0]))
+        return seen
+
     def plain(self, prompt: Sequence[int], n: int, experts: int | None) -> list[int]:
         """Greedy continuation of `prompt`, up to n tokens or the end of generation
         (then the end token is the last element)."""
@@ -325,15 +365,15 @@ class Reference:
         if len(have) >= n or (have and self.llm(experts).is_eog(have[-1])):
             return have[:n]
         llm = self.llm(experts)
-        llm.clear()
-        llm.prefill(prompt[:-1])
-        last, pos, out = prompt[-1], len(prompt) - 1, []
+        out: list[int] = []
+        tokens = list(prompt)
         for _ in range(n):
-            tok = int(llm.decode([last], pos, logits="last")[0].argmax())
+            seen = self._walk(tokens, len(prompt), experts, len(tokens))
+            tok = seen[len(tokens)][0]
             out.append(tok)
             if llm.is_eog(tok):
                 break
-            last, pos = tok, pos + 1
+            tokens.append(tok)
         self._plain[key] = out
         return out
 
@@ -341,21 +381,14 @@ class Reference:
                       experts: int | None) -> dict[int, tuple[int, float]]:
         """For each index in `positions` (>= n_prompt, into `tokens`): the target's argmax
         given tokens[:index] and the gap between its top two logits."""
-        llm = self.llm(experts)
-        llm.clear()
-        llm.prefill(tokens[: n_prompt - 1])
-        want, out = set(positions), {}
-        for i in range(n_prompt - 1, max(positions)):
-            row = llm.decode([tokens[i]], i, logits="last")[0]
-            if i + 1 in want:
-                top2 = np.partition(row, -2)[-2:]
-                out[i + 1] = (int(row.argmax()), float(top2[1] - top2[0]))
-        return out
+        seen = self._walk(tokens, n_prompt, experts, max(positions))
+        return {p: seen[p] for p in positions}
 
     def close(self) -> None:
         for llm in self._llms.values():
             llm.close()
         self._llms.clear()
+        self._path.clear()
 
 
 # --- one schedule ------------------------------------------------------------------------

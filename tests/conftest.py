@@ -60,6 +60,44 @@ def qwen_session():
     s.close()
 
 
+def fuzz_harness():
+    """benchmarks/fuzz_exact.py as the module `fuzz_exact` (loaded once, by path: the
+    exactness tests share its Pair and Reference)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if "fuzz_exact" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "fuzz_exact", Path(__file__).resolve().parent.parent / "benchmarks" / "fuzz_exact.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["fuzz_exact"] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules["fuzz_exact"]
+
+
+@pytest.fixture(scope="session")
+def greedy_reference():
+    """Plain greedy decoding of a target, one token per forward pass, shared by every test
+    of the run that asks for the same (target, ctx, threads): its model is loaded once and
+    its answers (plain continuations, argmaxes along a run) are kept
+    (fuzz_exact.Reference). get(target_path, ctx=1024, threads=2, expert_count=None)."""
+    F = fuzz_harness()
+    made: dict[tuple, object] = {}
+
+    def get(target, ctx: int = 1024, threads: int = 2, expert_count: int | None = None):
+        key = (str(target), ctx, threads, expert_count)
+        if key not in made:
+            made[key] = F.Reference(F.Pair("reference", str(target), None, expert_count=expert_count,
+                                           threads=threads, ctx=ctx))
+        return made[key]
+
+    yield get
+    for ref in made.values():
+        ref.close()
+
+
 _NEAR_TIES: list[str] = []
 
 

@@ -22,19 +22,21 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_lines_warn_first_with_evidence_and_exit_0(capsys, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    args = parse("--threads", "12", "--root", str(TWO_NODE))
+    # An explicit repack setting: the repack check's level would otherwise be this machine's.
+    args = parse("--threads", "12", "--root", str(TWO_NODE), "--repack", "off")
     assert args.func(args) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 5
+    assert len(lines) == 6
     levels = [line.split()[0] for line in lines]
-    assert levels == ["WARN", "WARN", "WARN", "WARN", "INFO"]  # threads, omp, numa, governor; thp
+    assert levels == ["WARN", "WARN", "WARN", "WARN", "INFO", "OK"]  # threads, omp, numa, governor; thp; repack
+    assert lines[-1].split()[1] == "repack" and "repack off (repack = off)" in lines[-1]
     assert all("[read: " in line for line in lines)
     assert any("threads=12 exceeds the 8 physical cores" in line for line in lines)
 
 
 def test_json(capsys, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "8")
-    args = parse("--json", "--root", str(TWO_NODE))
+    args = parse("--json", "--root", str(TWO_NODE), "--repack", "on")
     assert args.func(args) == 0
     hints = json.loads(capsys.readouterr().out)["hints"]
     assert {h["key"]: h["level"] for h in hints} == {
@@ -43,6 +45,7 @@ def test_json(capsys, monkeypatch):
         "threads": "info",
         "thp": "info",
         "omp": "ok",
+        "repack": "ok",
     }
     assert [h["level"] for h in hints][:2] == ["warn", "warn"]
     assert all(set(h) == {"level", "key", "message", "evidence"} for h in hints)
@@ -64,6 +67,8 @@ def test_help_names_the_checks_and_the_exit_code(capsys):
         "--root DIR",
         "OMP_NUM_THREADS",
         "NUMA",
+        "--repack MODE",
+        "AMX",
         "exit code is 0",
     ):
         assert needle in text
@@ -72,4 +77,5 @@ def test_help_names_the_checks_and_the_exit_code(capsys):
 def test_doctor_on_this_machine(capsys):
     args = parse("--threads", "2")
     assert args.func(args) == 0
-    assert len(capsys.readouterr().out.splitlines()) == 5
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 6 and sum(line.split()[1] == "repack" for line in lines) == 1

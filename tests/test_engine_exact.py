@@ -53,43 +53,26 @@ def generated_tokens(steps):
     return [t for s in steps for t in s.tokens]
 
 
-def teacher_forced_gaps(llm: LLM, prompt_tokens: list[int], tokens: list[int]) -> list[tuple[int, float]]:
-    """For each generated token: (target argmax given the tokens before it, gap between
-    its top two logits), one token per forward pass."""
-    llm.clear()
-    llm.prefill(prompt_tokens[:-1])
-    out = []
-    last, pos = prompt_tokens[-1], len(prompt_tokens) - 1
-    for tok in tokens:
-        row = llm.decode([last], pos, logits="last")[0]
-        top2 = np.partition(row, -2)[-2:]
-        out.append((int(row.argmax()), float(top2[1] - top2[0])))
-        last, pos = tok, pos + 1
-    return out
-
-
-def plain_greedy(llm: LLM, prompt_tokens: list[int], n: int) -> list[int]:
-    """Greedy plain decoding, one token per forward pass, up to n tokens or the end."""
-    llm.clear()
-    llm.prefill(prompt_tokens[:-1])
-    last, pos, out = prompt_tokens[-1], len(prompt_tokens) - 1, []
-    for _ in range(n):
-        tok = int(llm.decode([last], pos, logits="last")[0].argmax())
-        if llm.is_eog(tok):
-            break
-        out.append(tok)
-        last, pos = tok, pos + 1
-    return out
-
-
 @pytest.fixture(scope="module")
-def reference(target_path):
-    """Plain greedy decoding of the target alone, one token per forward pass."""
-    llm = LLM(target_path, n_ctx=2048, n_threads=2)
+def reference(target_path, greedy_reference):
+    """Plain greedy decoding of the target alone, one token per forward pass (shared with
+    every test of the run on the same target: conftest's greedy_reference)."""
+    ref = greedy_reference(target_path, ctx=2048)
 
-    yield (lambda prompt_tokens, tokens: teacher_forced_gaps(llm, prompt_tokens, tokens),
-           lambda prompt_tokens, n: plain_greedy(llm, prompt_tokens, n))
-    llm.close()
+    def teacher_force(prompt_tokens: list[int], tokens: list[int]) -> list[tuple[int, float]]:
+        """For each generated token: (target argmax given the tokens before it, gap between
+        its top two logits)."""
+        full = list(prompt_tokens) + list(tokens)
+        positions = list(range(len(prompt_tokens), len(full)))
+        verdicts = ref.teacher_force(full, len(prompt_tokens), positions, None)
+        return [verdicts[p] for p in positions]
+
+    def greedy(prompt_tokens: list[int], n: int) -> list[int]:
+        """Greedy plain decoding, up to n tokens or the end (the end token left out)."""
+        out = ref.plain(prompt_tokens, n, None)
+        return out[:-1] if out and ref.llm(None).is_eog(out[-1]) else out
+
+    return teacher_force, greedy
 
 
 @pytest.mark.parametrize("drafter", ["draft", "lookup"])
@@ -196,6 +179,7 @@ def _next_logits_after_wrong_drafts(target: LLM, prompt, offset: int, rollback: 
     from specdash.engine.engine import Engine
     from specdash.engine.settings import EngineSettings
 
+    target.clear()  # each run from a fresh context (no prompt reuse between them)
     if not rollback:
         target.kv_truncate = lambda n_keep: None  # the bug this test must catch
     engine = Engine(target, _WrongDrafter(offset), EngineSettings(k=4))

@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import assert_ok
 
 from specdash import llamacpp_tools as lt
+from specdash.engine.repack import tool_args
 from specdash.errors import SpecdashError
 from specdash.models.registry import cache_dir
 
@@ -70,7 +72,7 @@ def test_llama_server_serves_without_a_web_ui(real_bin: Path, smol_path: Path, t
     port = _free_port()
     log = (tmp_path / "server.log").open("w")
     proc = subprocess.Popen(
-        [str(real_bin / "llama-server"), "-m", str(smol_path), "--host", "127.0.0.1", "--port", str(port),
+        [str(real_bin / "llama-server"), *tool_args(), "-m", str(smol_path), "--host", "127.0.0.1", "--port", str(port),
          "-t", "2", "-c", "512", "--metrics"],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )
@@ -341,8 +343,6 @@ def test_peer_benchmark_parses_the_tools_output(real_bin: Path, smol_path: Path,
                                      "--spec-draft-n-max", "4"],
     }
     for tool, extra in runs.items():
-        from specdash.engine.repack import tool_args
-
         proc = subprocess.run([str(real_bin / tool), *tool_args(), *common, *extra], capture_output=True, text=True,
                               timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL)
         assert proc.returncode == 0, f"{tool}: {proc.stderr[-800:]}"

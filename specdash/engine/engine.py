@@ -460,7 +460,6 @@ class Engine:
         yield from self._rollback_notice()
 
         target = self.target
-        target.clear()
         self.drafter.reset()
         if self.controller:
             self.controller.new_prompt()
@@ -468,7 +467,8 @@ class Engine:
         if self.detector is not None:  # the prompt's own class is the prior for the first tokens
             self.detector.reset(target.detokenize(prompt))
         t0 = time.perf_counter()
-        target.prefill(prompt[:-1])
+        # The same prompt again (a sweep's next K, a bench round) reuses its rows.
+        target.prefill_prompt(prompt[:-1])
         self._needs_refeed = False  # a target reloaded by a pending SetExperts: just fed
         self.drafter.prefill(prompt)
         prefill_ms = (time.perf_counter() - t0) * 1e3

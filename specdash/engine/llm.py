@@ -81,6 +81,10 @@ class LLM:
         self.add_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
+        # What sits in the memory of seq 0, position by position, and how many leading
+        # rows a prefill_prompt wrote (the prompt cache: see prefill_prompt).
+        self._rows: list[int] = []
+        self._prefilled = 0
         self.ctx = None
         self._batch = None
         self.strategy = Strategy("kv")
@@ -206,9 +210,13 @@ class LLM:
             b.logits[i] = want_all
         if logits == "last":
             b.logits[n - 1] = True
+        if start_pos != len(self._rows):
+            self._cut_rows(start_pos)
         rc = ll.llama_decode(self.ctx, b)
         if rc != 0:
+            self._cut_rows(start_pos)  # what llama.cpp kept of a failed batch is not known
             raise RuntimeError(f"llama_decode failed with code {rc}: {last_log_error()}")
+        self._rows.extend(tokens)
         if logits is None:
             return None
         rows = n if want_all else 1
@@ -221,13 +229,53 @@ class LLM:
         for i in range(0, len(tokens), self.n_batch):
             self.decode(tokens[i : i + self.n_batch], start_pos + i, logits=None)
 
+    def prefill_prompt(self, tokens: Sequence[int]) -> int:
+        """Bring the memory to exactly `tokens` from position 0, like clear() + prefill(),
+        reusing what an earlier prefill_prompt left: the same prompt again (a sweep, a
+        bench round, the next K of a test) costs no prefill. Returns the tokens reused.
+
+        Only rows that a fresh prefill would compute bit for bit are kept: llama.cpp
+        computes a chunk of n_batch tokens in one batch, so rows are kept whole chunks at
+        a time (or all of them for the very same prompt). A row written any other way (a
+        decode after the prompt) is never reused. Recurrent state cannot be cut back to a
+        prefix, so a recurrent or hybrid model always prefills afresh."""
+        keep = 0
+        if self.strategy.kind == "kv":
+            done = self._rows[: self._prefilled]
+            common = 0
+            for a, b in zip(done, tokens):
+                if a != b:
+                    break
+                common += 1
+            same = common == len(tokens) == len(done)
+            keep = common if same else common // self.n_batch * self.n_batch
+        if keep:
+            self.kv_truncate(keep)
+        else:
+            self.clear()
+        self.prefill(tokens[keep:], keep)
+        self._prefilled = len(tokens)
+        return keep
+
     def kv_truncate(self, n_keep: int) -> None:
         """Drop every KV entry at position >= n_keep (rejected drafts)."""
+        if n_keep < len(self._rows):
+            self._cut_rows(n_keep)
         if not ll.llama_memory_seq_rm(self.mem, 0, n_keep, -1):
             raise RuntimeError(f"llama_memory_seq_rm failed at position {n_keep}")
 
     def clear(self) -> None:
+        self._cut_rows(0)
         ll.llama_memory_clear(self.mem, True)
+
+    @property
+    def rows(self) -> list[int]:
+        """The tokens in the memory of seq 0, position by position (a copy)."""
+        return list(self._rows)
+
+    def _cut_rows(self, n: int) -> None:
+        del self._rows[n:]
+        self._prefilled = min(self._prefilled, n)
 
     def close(self) -> None:
         if self._batch is not None:

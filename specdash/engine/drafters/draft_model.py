@@ -149,13 +149,16 @@ class DraftModelDrafter:
         # All but the last token: the first propose() decodes that one for its logits.
         # Not a measure of catch-up cost: the first prefill of a process also faults the
         # weights in (several times slower per token), and a prompt batch is bigger.
-        self.llm.prefill(tokens[:-1])
+        self.llm.prefill_prompt(tokens[:-1])  # the same prompt again reuses its rows
         self._kv[:] = tokens[:-1]
         self._committed = len(self._kv)
 
     def reset(self) -> None:
-        self.llm.clear()
-        self._kv.clear()
+        # A KV cache keeps its rows: the next prefill (or sync) reuses what still matches.
+        # A recurrent state cannot be cut back to a prefix, so it starts over.
+        if self._ckpt is not None:
+            self.llm.clear()
+        self._kv[:] = self.llm.rows
         self._committed = 0
         self._ckpt_at = -1
 
