@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from specdash import events as E
+from specdash.engine.drafters import KINDS, MODEL_SOURCES
 from specdash.engine.llm import LLM
 from specdash.engine.settings import K_CAP, SamplingParams
 from specdash.engine.verify import process_logits
@@ -64,7 +65,6 @@ from specdash.session import Session
 # gap by at most 0.35 vs a batch of 1; on SmolLM2-135M at most 0.41, batches of 5 and 17).
 TIE_GAP = 0.5
 K_CHOICES = (0, 1, 2, 3, 4, 5, 6, 8, 12, 16, 17, 20, 24, 32)
-KINDS = ("lookup", "suffix", "chain", "none")
 ROOT = Path(__file__).resolve().parent.parent
 
 # Prompts that keep a model writing for a while and give the copy drafters something.
@@ -98,7 +98,9 @@ class Pair:
 
     @property
     def drafters(self) -> tuple[str, ...]:
-        return KINDS + ((self.draft_model,) if self.draft_model else ()) + self.extra_drafters
+        """Every drafter kind (engine/drafters/kinds.py: a kind added there is fuzzed with
+        no change here), then the draft models."""
+        return tuple(KINDS) + ((self.draft_model,) if self.draft_model else ()) + self.extra_drafters
 
     def session(self, max_tokens: int) -> Session:
         """A session for fuzzing. Its adaptive controller keeps probing (no verdict that
@@ -233,7 +235,8 @@ def make_schedule(seed: int, pair: Pair, max_tokens: int, *, sampled: bool | Non
     segment (None: in about a third of the schedules)."""
     rng = random.Random(f"{pair.name}/{seed}")
     drafters = pair.drafters
-    draft_weights = [2, 2, 2, 1] + [3] * (len(drafters) - 4)  # lookup, suffix, chain, none, the model
+    # A kind that drafts 2, plain decoding 1, a draft model 3.
+    draft_weights = [(2 if KINDS[d].drafts else 1) if d in KINDS else 3 for d in drafters]
 
     def drafter() -> str:
         return rng.choices(drafters, weights=draft_weights)[0]
@@ -420,9 +423,10 @@ class Result:
         return self.schedule.describe() + "\n" + "\n".join(f"  - {p}" for p in self.problems)
 
 
-# What may draft under each setting; a model drafts as "draft", or as "xvocab" through
-# translation when its vocabulary differs from the target's.
-SOURCES = {"lookup": {"lookup"}, "suffix": {"suffix"}, "none": set(), "chain": {"lookup", "suffix", "draft", "xvocab"}}
+def may_draft(draft: str) -> frozenset[str]:
+    """The sources that may draft under `draft=`: a kind's, from the registry; a model's
+    ("draft", or "xvocab" through translation when its vocabulary differs from the target's)."""
+    return KINDS[draft].sources if draft in KINDS else MODEL_SOURCES
 
 
 def run_schedule(session: Session, reference: Reference, pair: Pair, schedule: FuzzSchedule, max_tokens: int,
@@ -508,7 +512,7 @@ def run_schedule(session: Session, reference: Reference, pair: Pair, schedule: F
             problems.append(f"{where}: adaptive K={ev.k} > min(k_max {s.k_max}, room {room})")
         if not (0 <= ev.accepted <= ev.drafted <= ev.k):
             problems.append(f"{where}: accepted {ev.accepted}, drafted {ev.drafted}, K {ev.k}")
-        allowed = SOURCES.get(s.draft, {"draft", "xvocab"})
+        allowed = may_draft(s.draft)
         if (ev.drafter == "none") != (ev.drafted == 0) or (ev.drafted and ev.drafter not in allowed):
             problems.append(f"{where}: drafted {ev.drafted} by {ev.drafter!r} with draft={s.draft}")
         last = ev is steps[-1]

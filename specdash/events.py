@@ -2,7 +2,8 @@
 
 A *source* is anything that yields these events and accepts these commands: the
 embedded engine, a recording played back, a remote server. The dashboard, `run --json`,
-recordings and the bench all speak only this, so the panels cannot tell sources apart.
+recordings and the bench all speak only this, so the panels draw every source alike;
+where sources differ they ask for a capability (`supports`), never the source's kind.
 
 Events (`event` is the tag in JSON; every dict also carries `schema`):
 
@@ -41,7 +42,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from specdash.engine.settings import K_CAP  # imports nothing of ours but errors: no cycle
+from specdash.limits import K_CAP
 from specdash.telemetry.numa import NumaNode, NumaStat
 from specdash.telemetry.process import ProcessStats
 
@@ -430,19 +431,8 @@ SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # a replay's speeds (SetSpeed); the UI
 
 Command = Union[SetK, SetDrafter, SetSampling, SetAdaptive, SetExperts, SetCut, Pause, Resume, Stop,
                 Forget, NewPrompt, Seek, SetSpeed]
-
 # The vocabulary (each command's name, schedule syntax, parser and dashboard keys) is in
-# specdash/commands_registry.py; these names stay importable from here for callers that
-# predate it. Imported lazily: the registry imports the command types above.
-_FROM_REGISTRY = ("COMMAND_NAMES", "SCHEDULE_SYNTAX", "parse_command")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _FROM_REGISTRY:
-        from specdash import commands_registry
-
-        return getattr(commands_registry, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# specdash/commands_registry.py, which imports these types (never the other way round).
 
 
 # --- (de)serialisation --------------------------------------------------------------
@@ -624,9 +614,9 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
 
 
 __all__ = [
-    "SCHEMA", "ContractError", "Event", "Command", "EVENT_TYPES", "COMMAND_NAMES",
+    "SCHEMA", "ContractError", "Event", "Command", "EVENT_TYPES",
     "SettingsEvent", "StatusEvent", "PromptEvent", "PrefillEvent", "StepEvent", "CountersEvent",
     "NoticeEvent", "Summary", "TelemetryEvent", "ServerEvent", "ReplayEvent", "NumaNode", "NumaStat", "ProcessStats",
     "SetK", "SetDrafter", "SetSampling", "SetAdaptive", "SetExperts", "SetCut", "Pause", "Resume", "Stop",
-    "Forget", "NewPrompt", "Seek", "SetSpeed", "SPEEDS", "parse_command", "to_dict", "from_dict", "now",
+    "Forget", "NewPrompt", "Seek", "SetSpeed", "SPEEDS", "to_dict", "from_dict", "now",
 ]

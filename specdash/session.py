@@ -17,10 +17,8 @@ from pathlib import Path
 
 from specdash.engine.controller import CostModelController, KController
 from specdash.engine.detector import ContentDetector
-from specdash.engine.drafters import KINDS, Borrowed, Drafter, NoDrafter, is_model
-from specdash.engine.drafters.chain import ChainDrafter
+from specdash.engine.drafters import KINDS, Borrowed, Drafter, Parts, is_model
 from specdash.engine.drafters.draft_model import DraftModelDrafter
-from specdash.engine.drafters.lookup import PromptLookupDrafter
 from specdash.engine.drafters.suffix import SuffixDrafter
 from specdash.engine.drafters.translated import TranslatedDrafter
 from specdash.engine.engine import Engine, TargetReloadError
@@ -121,42 +119,35 @@ class Session:
         return expert_info(self.engine.target, self.settings.experts)
 
     def make_drafter(self, spec: str) -> Drafter:
-        """Build a draft source by spec (drafters.KINDS or a model); a draft model must
-        pass the compatibility check. Loaded draft models and the suffix drafter belong
-        to the session and are lent: swapping back is instant and the suffix memory spans
-        prompts (the Forget command clears it)."""
-        s = self._spec
-        if spec == "none":
-            self._current_draft_path = None
-            return NoDrafter()
-        if spec == "lookup":
-            self._current_draft_path = None
-            return PromptLookupDrafter(s.lookup_min_ngram, s.lookup_max_ngram)
-        if spec == "suffix":
-            self._current_draft_path = None
-            return Borrowed(self._session_suffix())
-        if spec == "chain":
-            sources: list[Drafter] = [
-                PromptLookupDrafter(s.lookup_min_ngram, s.lookup_max_ngram),
-                Borrowed(self._session_suffix()),
-            ]
-            self._current_draft_path = None
-            model = self._chain_model
-            if model is None and model_path(DEFAULT_DRAFT).is_file():
-                # None named: the default draft, if it is cached and fits this target.
-                try:
-                    self._draft_model(DEFAULT_DRAFT)
-                    model = DEFAULT_DRAFT
-                except SpecdashError:
-                    pass  # the label then shows the chain has no model
-            if model is not None:
-                sources.append(Borrowed(self._draft_model(model)))
-                self._current_draft_path = str(self._draft_models[model].llm.path)
-            return ChainDrafter(sources)
-        assert spec not in KINDS
+        """Build a draft source by spec (a kind of drafters.KINDS, built from this
+        session's parts, or a model); a draft model must pass the compatibility check.
+        Loaded draft models and the suffix drafter belong to the session and are lent:
+        swapping back is instant and the suffix memory spans prompts (the Forget command
+        clears it)."""
+        if spec in KINDS:
+            self._current_draft_path = None  # until a chain takes a draft model
+            parts = Parts(self._spec, free=lambda drafter: drafter,
+                          suffix=lambda: Borrowed(self._session_suffix()), model=self._chain_draft_model)
+            return KINDS[spec].build(parts)
         drafter = Borrowed(self._draft_model(spec))
         self._chain_model = spec
         self._current_draft_path = str(self._draft_models[spec].llm.path)
+        return drafter
+
+    def _chain_draft_model(self) -> Drafter | None:
+        """The draft model a chain ends with: the last one named, else the default draft
+        if it is cached and fits this target; None when neither."""
+        model = self._chain_model
+        if model is None and model_path(DEFAULT_DRAFT).is_file():
+            try:
+                self._draft_model(DEFAULT_DRAFT)
+                model = DEFAULT_DRAFT
+            except SpecdashError:
+                pass  # the label then shows the chain has no model
+        if model is None:
+            return None
+        drafter = Borrowed(self._draft_model(model))
+        self._current_draft_path = str(self._draft_models[model].llm.path)
         return drafter
 
     def _session_suffix(self) -> SuffixDrafter:

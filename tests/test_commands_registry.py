@@ -53,6 +53,7 @@ class Listening:
 
     kind = "scripted"
     label = "listening"
+    telemetry = "none"
     supports = frozenset({"ping"})
     thread: threading.Thread | None = None
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from specdash import events as E
 from specdash.engine.settings import EngineSettings
 from specdash.engine.stats import SpecCounters
@@ -23,8 +25,8 @@ from test_tui_support import FixedSampler, load_replay, sync
 class ScriptedSource:
     """Emits a fixed list of contract events from its own thread, records commands."""
 
-    def __init__(self, kind: str, events: list[E.Event]):
-        self.kind, self.label = kind, f"scripted {kind}"
+    def __init__(self, kind: str, events: list[E.Event], telemetry: str):
+        self.kind, self.label, self.telemetry = kind, f"scripted {kind}", telemetry
         self.events = events
         self.sent: list[E.Command] = []
         self.thread: threading.Thread | None = None
@@ -110,7 +112,7 @@ def _as_replay(ev: SettingsEvent) -> SettingsEvent:
 
 @sync
 async def test_an_engines_recorded_run_fills_every_panel():
-    source = ScriptedSource("engine", ENGINE)
+    source = ScriptedSource("engine", ENGINE, "local")
     app = app_for(source, local_telemetry=True)
     async with app.run_test(size=(160, 48)) as pilot:
         await settled(pilot, len(ENGINE))
@@ -136,7 +138,7 @@ async def test_acceptance_says_none_lately_not_none_yet_after_a_stretch_at_k0():
     plain = [dataclasses.replace(last, step=last.step + i + 1, k=0, drafter="none", drafted=0, accepted=0,
                                  tokens=last.tokens[-1:], pieces=last.pieces[-1:], from_draft=[False],
                                  t=last.t + 0.01 * (i + 1)) for i in range(130)]
-    source = ScriptedSource("engine", [*ENGINE, *plain])
+    source = ScriptedSource("engine", [*ENGINE, *plain], "local")
     app = app_for(source, local_telemetry=True)
     async with app.run_test(size=(160, 48)) as pilot:
         await settled(pilot, len(ENGINE) + len(plain))
@@ -151,7 +153,7 @@ async def test_acceptance_says_none_lately_not_none_yet_after_a_stretch_at_k0():
 @sync
 async def test_a_remote_servers_counter_polls_fill_the_same_panels():
     script = remote_script()
-    source = ScriptedSource("remote", script)
+    source = ScriptedSource("remote", script, "none")
     app = app_for(source, local_telemetry=False)
     async with app.run_test(size=(160, 48)) as pilot:
         await settled(pilot, len(script))
@@ -177,13 +179,15 @@ async def test_a_remote_servers_counter_polls_fill_the_same_panels():
         assert any("--spec-draft-n-max" in note for note in app.notes)  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("kind", ["remote", "a kind no panel knows"])
 @sync
-async def test_a_server_down_from_the_start_says_once_that_no_telemetry_will_come():
-    """No settings event ever arrives: the source's kind alone says what it provides. No
-    "sampling…" for loads that will never come, no "no memory information on this system"."""
+async def test_a_server_down_from_the_start_says_once_that_no_telemetry_will_come(kind):
+    """No settings event ever arrives: what the source declares (Source.telemetry) says
+    what it provides, whatever its kind. No "sampling…" for loads that will never come,
+    no "no memory information on this system"."""
     script = [StatusEvent("loading", "connecting", t=1.0),
               StatusEvent("down", "http://127.0.0.1:9: cannot connect (Connection refused)", t=2.0)]
-    source = ScriptedSource("remote", script)
+    source = ScriptedSource(kind, script, "none")
     app = app_for(source, local_telemetry=False)
     async with app.run_test(size=(80, 24)) as pilot:
         await settled(pilot, len(script))
@@ -207,7 +211,7 @@ async def test_after_a_request_ends_the_status_line_and_the_chart_title_agree():
     idle = [CountersEvent(seconds=1.0, tokens=0, steps=0, num_drafts=0, num_draft_tokens=0, num_accepted_tokens=0,
                           num_accepted_tokens_per_pos=[], k=8, t=112.0 + i) for i in range(10)]
     script = script[:-1] + idle + script[-1:]
-    source = ScriptedSource("remote", script)
+    source = ScriptedSource("remote", script, "none")
     app = app_for(source, local_telemetry=False)
     async with app.run_test(size=(120, 36)) as pilot:
         await settled(pilot, len(script))
@@ -229,7 +233,7 @@ async def test_after_a_request_ends_the_status_line_and_the_chart_title_agree():
 @sync
 async def test_a_replay_shows_the_recorded_machine_not_this_one():
     script = replay_script()
-    source = ScriptedSource("replay", script)
+    source = ScriptedSource("replay", script, "recorded")
     app = app_for(source, local_telemetry=False)
     async with app.run_test(size=(160, 48)) as pilot:
         await settled(pilot, len(script))

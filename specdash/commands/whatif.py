@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 from specdash.commands.common import add_engine_arguments, add_prompt_arguments, load_settings, read_prompt, stderr_progress
+from specdash.engine.drafters import KINDS
 from specdash.errors import SpecdashError
-
-DEFAULT_KINDS = ("lookup", "suffix", "chain", "model")
 
 
 def _ks(text: str) -> list[int]:
@@ -30,11 +29,19 @@ def _ks(text: str) -> list[int]:
     return sorted(set(out))
 
 
+def default_kinds() -> list[str]:
+    """What whatif simulates unless told otherwise: every drafter kind that drafts (the
+    registry's, engine/drafters/kinds.py: a kind added there is simulated with no change
+    here; plain decoding is the baseline anyway), then "model", the --draft model."""
+    return [name for name, kind in KINDS.items() if kind.drafts] + ["model"]
+
+
 def _kinds(text: str) -> list[str]:
     kinds = [k.strip() for k in text.split(",") if k.strip()]
-    bad = [k for k in kinds if k not in DEFAULT_KINDS]
+    known = default_kinds()
+    bad = [k for k in kinds if k not in known]
     if not kinds or bad:
-        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated drafters from {', '.join(DEFAULT_KINDS)} "
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated drafters from {', '.join(known)} "
                                          "(model = the --draft model)")
     return kinds
 
@@ -44,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "whatif",
         help="predict every drafter and K from one plain greedy run, on any machine's cost profile",
         description="Generate the plain greedy text once (or take it from a temperature-0 recording), then "
-        "simulate lookup, suffix, chain and the draft model at every K over it: acceptance is exact (the "
+        f"simulate {', '.join(default_kinds()[:-1])} and the draft model at every K over it: acceptance is exact (the "
         "engine's own drafters replayed over the text; the draft model's argmax from one teacher-forced "
         "pass), time comes from a cost profile. Adaptive K runs the engine's own controller on the "
         "simulated steps. Greedy only: at temperature > 0 the text is not unique and whatif refuses.",
@@ -57,8 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "made at temperature 0 (its first prompt)")
     p.add_argument("--ks", type=_ks, default=list(range(1, 33)), metavar="LIST",
                    help="Ks to simulate: a range or a list (default 1-32)")
-    p.add_argument("--drafters", type=_kinds, default=list(DEFAULT_KINDS), metavar="LIST",
-                   help="drafters to simulate (default lookup,suffix,chain,model; model = --draft)")
+    p.add_argument("--drafters", type=_kinds, metavar="LIST",
+                   help=f"drafters to simulate (default {','.join(default_kinds())}; model = --draft)")
     p.add_argument("--k-max", dest="whatif_k_max", type=int, metavar="N",
                    help="adaptive K's largest K (default: the k_max setting, 16)")
     p.add_argument("--profile", default="here", metavar="P",
@@ -93,13 +100,13 @@ def run(args: argparse.Namespace) -> int:
         if not 1 <= args.whatif_k_max <= 64:
             raise SpecdashError(f"--k-max {args.whatif_k_max}: must be an integer 1..64")
         settings = settings.replace(k_max=args.whatif_k_max, k_min=min(settings.k_min, args.whatif_k_max))
-    kinds = list(args.drafters)
+    kinds = list(args.drafters or default_kinds())
     model = settings.draft if is_model(settings.draft) else None
     if model is None and "model" in kinds:
         kinds.remove("model")
-        if "model" in args.drafters and args.drafters != list(DEFAULT_KINDS):
+        if args.drafters is not None:
             raise SpecdashError(f"--drafters model: --draft {settings.draft} is not a draft model")
-    if "model" not in kinds and "chain" not in kinds:
+    if "model" not in kinds and not any(KINDS[k].uses_model for k in kinds if k in KINDS):
         model = None  # no need to load it
     if args.recording:
         given = {k for k in ("target", "raw", "ctx", "max_tokens") if hasattr(args, k)}

@@ -28,6 +28,7 @@ from specdash.engine.llm import LLM
 from specdash.engine.rollback import Rollback, calibrate
 from specdash.engine.settings import EngineSettings, SettingError
 from specdash.engine.stats import SpecCounters
+from specdash.engine.supports import ALWAYS
 from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
 from specdash.errors import SpecdashError
 from specdash.events import Event, NoticeEvent, PrefillEvent, SettingsEvent, StepEvent, Summary
@@ -108,8 +109,9 @@ class Engine:
         s = self.settings
         experts = expert_info(self.target, s.experts)  # active count, the file's own when not overridden
         flat = s.flat()
-        # What `_apply` takes now, by command name (commands_registry); the rest is refused.
-        supports = ["k", "temp", "cut", "pause", "stop", "forget"]
+        # What `_apply` takes now, by command name (commands_registry; engine/supports.py
+        # lists them); the rest is refused.
+        supports = list(ALWAYS)
         unavailable = {"seek": "only a replay can seek", "speed": "only a replay has a speed"}
         if not experts:
             unavailable["experts"] = "the target is a dense model (no experts)"

@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdash.errors import SpecdashError
-
-# A target batch of K+1 must fit n_batch (512); beyond ~32 nothing pays on a CPU, but a
-# GPU box verifying 24-48 tokens is the research's headline case, so the cap is wide.
-K_CAP = 64
+# The contract checks events against it too: it lives below both (importable from here).
+from specdash.limits import K_CAP
 
 
 @dataclass(frozen=True, slots=True)

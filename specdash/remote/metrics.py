@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdash.engine.settings import K_CAP
+from specdash.limits import K_CAP
 
 # Backends by the prefix of their metric names, in detection order.
 BACKEND_PREFIXES: dict[str, str] = {

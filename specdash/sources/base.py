@@ -12,7 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from specdash.events import Command, Event, NoticeEvent, PrefillEvent, SettingsEvent, StatusEvent, Summary
 
@@ -27,13 +27,20 @@ class Preset:
     active: bool = False
 
 
+# Where the machine telemetry shown with a source comes from: "local", the source runs
+# here and the dashboard samples this machine; "recorded", its events carry a recorded
+# machine's when the recording has any; "none", none ever comes (a server sends none).
+Telemetry = Literal["local", "recorded", "none"]
+
+
 class Source(Protocol):
     """What the dashboard, `run` and the recorder know of a source; they never test its
-    class. What it can do is data: `supports` until its first SettingsEvent, then that
-    event's `supports` (see commands_registry)."""
+    class or decide by its kind. What it can do is data: `supports` until its first
+    SettingsEvent, then that event's `supports` (see commands_registry); `telemetry`."""
 
-    kind: str  # "engine" | "remote" | "replay"
+    kind: str  # what it is, as shown and saved (screenshots): "engine" | "remote" | "replay"
     label: str  # what the title bar shows: a model path, a URL, a recording file
+    telemetry: Telemetry  # declared before any event: a server down from the start sends none
     @property
     def supports(self) -> frozenset[str]:
         """The commands it can take at most, by registry name, before its first settings event."""

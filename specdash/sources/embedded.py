@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specdash import events as E
+from specdash.engine import supports as engine_supports
 from specdash.engine.settings import EngineSettings
 from specdash.errors import SpecdashError
 from specdash.events import Event
-from specdash.sources.base import Preset
+from specdash.sources.base import Preset, Telemetry
 
 Progress = Callable[[str, float | None], None]
 
@@ -137,9 +138,12 @@ class PromptQueue:
 
 class EmbeddedSource:
     kind = "engine"
-    # Before the first settings event (loading): what an engine takes, but the expert
-    # count, which only a MoE target has (its settings event says so).
-    supports: frozenset[str] = frozenset({"k", "draft", "temp", "cut", "pause", "stop", "forget", "adaptive", *SUPPORTS})
+    telemetry: Telemetry = "local"  # the engine runs here: the dashboard samples this machine
+    # Before the first settings event (loading): what a session's engine takes (it always
+    # has a drafter factory and a controller), but the expert count, which only a MoE
+    # target has (its settings event says so).
+    supports: frozenset[str] = frozenset(
+        {*engine_supports.ALWAYS, *(n for n in engine_supports.WHEN_ABLE if n != "experts"), *SUPPORTS})
 
     def __init__(self, make_session: SessionFactory, settings: EngineSettings, prompts: PromptQueue,
                  *, on_session: Callable[[SessionLike], None] | None = None,

@@ -40,7 +40,7 @@ from specdash.remote.metrics import NotMetricsError, parse
 from specdash.remote.poller import (DEFAULT_INTERVAL, DEFAULT_WINDOW, Poller, PollResult, ServerWatch,
                                     model_status, preset_options)
 from specdash.remote.window import acceptance_rate, mean_accepted_length
-from specdash.sources.base import Preset
+from specdash.sources.base import Preset, Telemetry
 from specdash.sources.embedded import WorkItem
 
 log = logging.getLogger(__name__)
@@ -190,6 +190,7 @@ class RemoteSource:
     """One server as a Source (specdash.sources.base). Construct, then `start(emit)`."""
 
     kind = "remote"
+    telemetry: Telemetry = "none"  # a server sends counters, never its machine's load
     # Before the first poll: a prompt waits for the server (drive mode); what else it
     # takes comes with its settings.
     supports: frozenset[str] = frozenset({"prompt", "stop"})

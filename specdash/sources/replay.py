@@ -1,7 +1,7 @@
 """A recording as a source: its events again, at the pace they were recorded.
 
-The dashboard cannot tell a replay from the live run, because it only ever saw events:
-every panel, telemetry included, shows what it showed then. Controls: Pause/Resume,
+A replay shows what the live run showed, because the dashboard only ever saw events:
+every panel, telemetry included (the recorded machine's: Source.telemetry "recorded"). Controls: Pause/Resume,
 SetSpeed (0.5x..16x) and Seek (to a time, by a number of seconds, or to the end). A
 seek sends a ReplayEvent(rewind=True), on which the consumer starts over from an empty
 state, then every event up to the new position at once, then plays on from there.
@@ -23,7 +23,7 @@ from specdash import events as E
 from specdash.commands_registry import name_of
 from specdash.events import SPEEDS, Event
 from specdash.recording import Recording, read_recording
-from specdash.sources.base import Preset
+from specdash.sources.base import Preset, Telemetry
 
 SUPPORTS = ["pause", "seek", "speed", "stop"]  # what a recording can do, by command name
 _REFUSED = {
@@ -40,6 +40,7 @@ _REFUSED = {
 
 class ReplaySource:
     kind = "replay"
+    telemetry: Telemetry = "recorded"
     supports: frozenset[str] = frozenset(SUPPORTS)
 
     def __init__(self, path: str | Path, *, speed: float = 1.0, recording: Recording | None = None,

@@ -322,9 +322,11 @@ class DashboardBase(App[int]):
         outbox = self._outbox = Outbox(ping, flush_interval=self._flush_interval)
         self.source = self._source_factory(settings, prompts)
         self.state.state, self.state.message = "loading", ""
-        # What the source says it is, before its first settings event (a server down from
-        # the start sends none): the panels say what will never come (panels.NO_TELEMETRY).
+        # What the source says it is and where its telemetry comes from, before its first
+        # settings event (a server down from the start sends none): the panels say what
+        # will never come (panels.NO_TELEMETRY).
         self.state.source = self.state.source or self.source.kind
+        self.state.telemetry_from = self.source.telemetry
         self.source.start(outbox.emit)
         self._refresh_bindings_if_changed()
 
@@ -491,7 +493,7 @@ class DashboardBase(App[int]):
         from specdash.config import settings_from_event
 
         st = self.state.settings
-        if st is None or st.source not in ("engine", "replay"):
+        if st is None or not self.state.engine_settings:
             return self.options.settings
         return settings_from_event(st, self.options.settings or EngineSettings())
 

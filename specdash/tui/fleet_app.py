@@ -17,7 +17,7 @@ from textual.binding import Binding
 
 from specdash import events as E
 from specdash.events import Event
-from specdash.sources.base import Preset
+from specdash.sources.base import Preset, Telemetry
 from specdash.sources.embedded import PromptQueue, WorkItem
 from specdash.sources.remote import RemoteSource
 from specdash.tui.app import SpecdashApp
@@ -33,6 +33,7 @@ class FleetSource:
     """Several RemoteSources as one: rows from all, everything else from the focused one."""
 
     kind = "remote"
+    telemetry: Telemetry = "none"
 
     def __init__(self, sources: Sequence[RemoteSource]):
         self.sources = {s.url: s for s in sources}
@@ -136,7 +137,8 @@ class FleetDashboard(SpecdashApp):
     def on_fleet_screen_open(self, message: FleetScreen.Open) -> None:
         """Enter on a row: that server's panels, from its recent history."""
         self.fleet_source.focus = message.url
-        self.state = DashState(window=self.options.window, source=self.fleet_source.kind)
+        self.state = DashState(window=self.options.window, source=self.fleet_source.kind,
+                               telemetry_from=self.fleet_source.telemetry)
         self._gen.show_text(self.state)
         super()._ingest(self.fleet_source.history(message.url))
         self.pop_screen()

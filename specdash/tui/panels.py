@@ -1,5 +1,6 @@
 """The dashboard's panels. Each owns its border title and subtitle and renders from the
-reducer's DashState alone (`show(state)`): what a source is does not matter here."""
+reducer's DashState alone (`show(state)`): what differs between sources is a capability
+the state holds (where telemetry comes from, what the source takes), never its kind."""
 
 from __future__ import annotations
 
@@ -23,24 +24,24 @@ def _k_axis_top(shown: list[float]) -> float:
 
 SECONDS = "{:g}s"  # the time charts' x axis: seconds of decode time
 
-# Why a source's CPU and memory panels stay empty, by the kind of source (the source
-# says what it is: its settings events, and Source.kind from the start), and whether the
-# CPU panel says it for both (taking the memory panel's place). The embedded engine runs
-# here: this machine is sampled, and "sampling…" shows until the first sample.
+# Why the CPU and memory panels stay empty, by where the source's telemetry comes from
+# (Source.telemetry, declared from the start: a server down from the start sends no
+# event), and whether the CPU panel says it for both (taking the memory panel's place).
+# "local": this machine is sampled, and "sampling…" shows until the first sample.
 NO_TELEMETRY = {
-    # A server sends counters, never its machine's load: said once, with what the
-    # operator can do instead.
-    "remote": ("No CPU or memory telemetry: a remote server does not send it. For per-core "
-               "load and NUMA memory, run specdash on the server's host.", True),
+    # Only servers send none: counters, never their machine's load. Said once, with what
+    # the operator can do instead.
+    "none": ("No CPU or memory telemetry: a remote server does not send it. For per-core "
+             "load and NUMA memory, run specdash on the server's host.", True),
     # A recording may hold the machine's telemetry further on: each panel waits.
-    "replay": ("no telemetry in this recording", False),
+    "recorded": ("no telemetry in this recording", False),
 }
 
 
 def no_telemetry(state: DashState) -> tuple[str, bool]:
     """Why the CPU and memory panels have nothing to show (or ""), and whether the CPU
     panel says it alone."""
-    return NO_TELEMETRY.get(state.source, ("", False)) if state.telemetry is None else ("", False)
+    return NO_TELEMETRY.get(state.telemetry_from, ("", False)) if state.telemetry is None else ("", False)
 
 
 class Panel(Container):
@@ -84,8 +85,9 @@ class GenerationPanel(Panel):
         if state.state == "loading":
             note = (state.message if state.fraction is None else f"{state.message}  {state.fraction:.0%}", "note")
         elif state.state == "error":
-            what = "Engine" if state.source in ("engine", "") else "Source"
-            note = (f"{what} stopped: {state.message}\nPress r to restart, or n to start with a new prompt.", "error")
+            # Only an engine reports an error (live, or in a recording of one): a server
+            # goes down, a replay ends.
+            note = (f"Engine stopped: {state.message}\nPress r to restart, or n to start with a new prompt.", "error")
         elif state.state == "down":
             note = (f"Server down: {state.message}", "error")
         elif state.state == "idle":

@@ -1,9 +1,14 @@
 """The dashboard's state, folded from contract events. No Textual import.
 
 `DashState.feed(event)` is the only way the state changes, and it depends on nothing but
-the events: the embedded engine, a recording and a remote server all end up here, and
-the panels render from the result. So a replay shows exactly what was live, and a test
-can drive the panels with a scripted list of events.
+the events (and, from the start, what the source declares: its kind and where its
+telemetry comes from): the embedded engine, a recording and a remote server all end up
+here, and the panels render from the result. So a replay shows exactly what was live,
+and a test can drive the panels with a scripted list of events.
+
+What differs between sources is asked of the state as a capability, never as the
+source's kind: `supports` (in the settings), `telemetry_from`, `polled`, `alive` (a
+source with a playback position still moves after its end), `engine_settings`.
 """
 
 from __future__ import annotations
@@ -34,7 +39,12 @@ STATES = ("loading", "running", "paused", "idle", "error", "down", "ended")
 @dataclass
 class DashState:
     window: float = 60.0  # seconds of decode time the time charts show
-    source: str = ""  # "engine" | "remote" | "replay"
+    # What the source is, as shown and saved ("engine" | "remote" | "replay": the settings'
+    # `source`, Source.kind before them). Shown, never decided on.
+    source: str = ""
+    # Where the CPU and memory panels' telemetry comes from (sources.base.Telemetry:
+    # "local" | "recorded" | "none"), as the source declared it; "" before a source starts.
+    telemetry_from: str = ""
     label: str = ""  # what the source is: a target, a URL, a recording file
     state: str = "loading"
     message: str = ""  # loading progress, the error text, a down server's reason
@@ -64,8 +74,16 @@ class DashState:
 
     @property
     def alive(self) -> bool:
-        """The source takes commands now (a replay that reached its end still seeks)."""
-        return self.state in ("running", "paused", "idle") or (self.source == "replay" and self.state == "ended")
+        """The source takes commands now. One that reports a playback position (a replay)
+        still moves after its end: it seeks."""
+        return self.state in ("running", "paused", "idle") or (self.replay is not None and self.state == "ended")
+
+    @property
+    def engine_settings(self) -> bool:
+        """The settings are an engine's, live or recorded: complete, so they can start
+        an engine again (`r`) or be written as a config (`w`). Every engine names its
+        drafter spec (`draft`); a server's settings leave it, and most else, unknown."""
+        return self.settings is not None and self.settings.draft is not None
 
     @property
     def polled(self) -> bool:
@@ -110,9 +128,9 @@ class DashState:
             case ServerEvent():
                 self.server = ev
             case ReplayEvent(rewind=True):
-                serial, events = self.prompt_serial, self.events
+                serial, events, source, telemetry_from = self.prompt_serial, self.events, self.source, self.telemetry_from
                 self.__init__(window=self.window)  # type: ignore[misc]  # start over: the replay re-sends what led here
-                self.source, self.replay = "replay", ev
+                self.source, self.telemetry_from, self.replay = source, telemetry_from, ev
                 self.prompt_serial, self.events = serial + 1, events
                 self.state = "running" if ev.playing else "paused"
             case ReplayEvent():

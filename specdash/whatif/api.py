@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from specdash.engine.drafters import is_model
+from specdash.engine.drafters import KINDS, is_model
 from specdash.engine.drafters.base import NoDrafter
 from specdash.engine.settings import EngineSettings
 from specdash.errors import SpecdashError
@@ -20,8 +20,8 @@ def predict_sweep(settings: EngineSettings, prompt: str, ks: Sequence[int], max_
                   say: Callable[[str], None] = lambda s: None) -> tuple[dict[int, tuple[float, float | None]], str]:
     """({K: (predicted tok/s, acceptance)}, where the prediction comes from) for the
     settings' drafter on `prompt`'s first `max_tokens` greedy tokens."""
-    if settings.draft == "none":
-        raise SpecdashError("--whatif: the draft source is none; nothing to predict")
+    if settings.draft in KINDS and not KINDS[settings.draft].drafts:
+        raise SpecdashError(f"--whatif: the draft source is {settings.draft}; nothing to predict")
     profile = None if profile_spec == "here" else load_profile(profile_spec)
     model = settings.draft if is_model(settings.draft) else None
     s = settings.replace(max_tokens=max_tokens)

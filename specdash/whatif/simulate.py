@@ -31,9 +31,8 @@ from specdash.engine.adaptive_draft import propose_adaptive
 from specdash.engine.controller import KController
 from specdash.engine.detector import ContentDetector
 from specdash.engine.drafters.base import Borrowed, Draft, Drafter, NoDrafter, model_price
-from specdash.engine.drafters.chain import ChainDrafter
 from specdash.engine.drafters.draft_model import JointCut, common_prefix
-from specdash.engine.drafters.lookup import PromptLookupDrafter
+from specdash.engine.drafters.kinds import KINDS, Parts
 from specdash.engine.drafters.suffix import SuffixDrafter
 from specdash.engine.engine import Engine
 from specdash.engine.settings import EngineSettings, SamplingParams
@@ -255,7 +254,8 @@ class SimResult:
 
 def make_drafter(kind: str, tr: Transcript, profile: Profile, settings: EngineSettings,
                  replay: Replay | None = None) -> Drafter:
-    """The drafter a session would build for `kind`, its model part simulated."""
+    """The drafter a session would build for `kind` (a kind of the registry, built from
+    simulated parts, or else the draft model), its model part simulated."""
     fixed = profile.free_ms
 
     # Wrapped as Session.make_drafter wraps them (Borrowed: the session lends its draft
@@ -265,19 +265,11 @@ def make_drafter(kind: str, tr: Transcript, profile: Profile, settings: EngineSe
         return Borrowed(SimDraftModel(tr, tr.draft, profile, tr.draft_name, settings.draft_p_min, replay,
                                       settings.draft_p_joint))
 
-    lookup = lambda: TimedFree(PromptLookupDrafter(settings.lookup_min_ngram, settings.lookup_max_ngram), fixed)  # noqa: E731
-    suffix = lambda: Borrowed(TimedFree(SuffixDrafter(), fixed))  # noqa: E731
-    if kind == "lookup":
-        return lookup()
-    if kind == "suffix":
-        return suffix()
-    if kind == "chain":
-        sources: list[Drafter] = [lookup(), suffix()]
-        if tr.draft is not None:
-            sources.append(model())
-        return ChainDrafter(sources)
-    if kind == "none":
-        return NoDrafter()
+    if kind in KINDS:
+        return KINDS[kind].build(Parts(
+            settings, free=lambda drafter: TimedFree(drafter, fixed),
+            suffix=lambda: Borrowed(TimedFree(SuffixDrafter(), fixed)),
+            model=lambda: model() if tr.draft is not None else None))
     return model()
 
 
@@ -378,7 +370,7 @@ def sweep(tr: Transcript, kinds: Sequence[str], ks: Sequence[int], profile: Prof
     fixed: list[SimResult] = []
     adaptive: list[SimResult] = []
     for kind in kinds:
-        label = tr.draft_name if kind not in ("lookup", "suffix", "chain") else kind
+        label = kind if kind in KINDS else tr.draft_name
         t0 = time.perf_counter()
         for k in ks:
             fixed.append(simulate(tr, make_drafter(kind, tr, profile, settings), profile, settings,

@@ -1,23 +1,10 @@
 """Draft sources behind one interface (see base.Drafter).
 
-The drafter names live here and nowhere else: a drafter spec is one of KINDS, or else
-a draft model (a registry name or a GGUF path).
+The drafter names live in kinds.py and nowhere else: a drafter spec is one of KINDS, or
+else a draft model (a registry name or a GGUF path).
 """
 
 from specdash.engine.drafters.base import Borrowed, Draft, Drafter, NoDrafter
+from specdash.engine.drafters.kinds import KINDS, MODEL_SOURCES, DrafterKind, Parts, is_model
 
-# Model-free drafter kinds, with what each does (for --help and the draft picker).
-KINDS: dict[str, str] = {
-    "lookup": "prompt lookup: copy what followed the recent n-gram (free)",
-    "suffix": "suffix match over the prompt and earlier outputs (free)",
-    "chain": "lookup, then suffix, then the draft model: first draft wins",
-    "none": "plain decoding (K=0)",
-}
-
-
-def is_model(spec: str) -> bool:
-    """Whether a drafter spec names a draft model rather than a model-free kind."""
-    return spec not in KINDS
-
-
-__all__ = ["KINDS", "Borrowed", "Draft", "Drafter", "NoDrafter", "is_model"]
+__all__ = ["KINDS", "MODEL_SOURCES", "Borrowed", "Draft", "Drafter", "DrafterKind", "NoDrafter", "Parts", "is_model"]

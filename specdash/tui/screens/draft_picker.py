@@ -53,7 +53,7 @@ def draft_choices(target_path: str | None, scan_result: object | None) -> list[D
     from specdash.models.registry import list_models
     from specdash.models.scan import ScanResult
 
-    choices = [DraftChoice(spec, spec, desc, True) for spec, desc in KINDS.items()]
+    choices = [DraftChoice(spec, spec, kind.help, True) for spec, kind in KINDS.items()]
     registry = {str(e.path): e.name for e in list_models()}
     listed: set[str] = set()
     if target_path and isinstance(scan_result, ScanResult):
