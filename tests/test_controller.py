@@ -145,7 +145,7 @@ def test_probes_cost_no_more_than_their_budget():
     after = traj[probes[0] + 2:]
     spent = sum(cpu_verify_ms(k + 1) + FREE_DRAFT_MS * k + 0.2 for k in after)
     plain = len(after) * (cpu_verify_ms(1) + 0.2)  # every step commits one token (NONE)
-    assert spent / plain - 1.0 <= ctl.probe_budget + 0.005, (spent / plain, probes)
+    assert spent / plain - 1.0 <= ctl.settings.probe_budget + 0.005, (spent / plain, probes)
     # A draft model's catch-up is part of a probe's price: a long catch-up defers it.
     ctl = CostModelController(k_min=0, k_max=16, probe_every=16)
     run(ctl, 60, NONE, FREE_DRAFT_MS, cpu_verify_ms)
@@ -496,3 +496,67 @@ def test_with_k_only_a_ceiling_the_biggest_k_within_tolerance_of_the_best_is_cho
     costly.seed_costs({1: 40.0, 2: 64.0, 3: 88.0, 5: 144.0, 9: 281.0, 17: 317.0})
     costly.price_draft(0.44, True)
     assert costly.choose("code")[0] == 0  # nothing worth drafting: K=0 stays K=0
+
+
+# --- the settings object and per-source pricing -------------------------------------------------
+
+
+def test_tuning_by_keyword_or_by_settings_object_decides_alike():
+    """The knobs live in one frozen ControllerSettings; a keyword (as the engine tests and
+    whatif pass them) overrides that one field and nothing else. A name that is no field
+    is refused, and the settings cannot be changed behind a controller's back."""
+    import dataclasses
+
+    from specdash.engine.controller import ControllerSettings
+
+    def trajectory(ctl: CostModelController) -> list[tuple[int, str]]:
+        measured_plain(ctl)
+        out = []
+        for i in range(120):
+            k, why = ctl.choose("code")
+            out.append((k, why))
+            ctl.observe(k, k, k // 2 if i % 3 else k, 3.0 * k, cpu_verify_ms(k + 1), 0.2, "code")
+        return out
+
+    by_keyword = CostModelController(k_max=16, probe_every=4, verdict_margin=0.0, probe_budget=0.5)
+    by_object = CostModelController(k_max=16, settings=ControllerSettings(probe_every=4, verdict_margin=0.0,
+                                                                          probe_budget=0.5))
+    untuned = CostModelController(k_max=16)
+    assert by_keyword.settings == by_object.settings != untuned.settings
+    tuned = trajectory(by_keyword)
+    assert tuned == trajectory(by_object)
+    assert tuned != trajectory(untuned)  # the knobs reach the decisions
+    assert sum(1 for _, why in tuned if why.startswith("probe")) > 2
+    with pytest.raises(TypeError):
+        CostModelController(probe_evry=4)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        by_keyword.settings.probe_every = 8  # type: ignore[misc]
+    assert ThresholdController(window=16, min_tokens=64).min_tokens == 16
+
+
+def test_pricing_is_per_source_over_one_target():
+    """What a source's drafts are worth is priced per source, against one shared target
+    cost curve: two draft sources learn apart, and the copies' buckets apart per source."""
+    from specdash.engine.controller_settings import ControllerSettings
+    from specdash.engine.draft_pricing import CopyPricing, DraftPricing
+    from specdash.engine.target_costs import TargetCosts
+
+    settings = ControllerSettings()
+    target = TargetCosts(settings)
+    target.seed_costs({n: flat_verify_ms(n) for n in (1, 2, 3, 5, 9, 17)})
+    good, poor = DraftPricing(settings, 0, 16), DraftPricing(settings, 0, 16)
+    s1 = target.step_cost(1)
+    for _ in range(20):
+        good.observe(8, 8, 1.0, "code", s1)  # every token accepted, 0.125 ms a token
+        poor.observe(8, 0, 24.0, "code", s1)  # the first token rejected, 3 ms a token
+    assert good.alpha("code") > 0.9 > 0.3 > poor.alpha("code")
+    assert good.ms_per_token < poor.ms_per_token
+    best_good = max(good.rates(target, "code").items(), key=lambda kv: kv[1])
+    best_poor = max(poor.rates(target, "code").items(), key=lambda kv: kv[1])
+    assert best_good[0] > 8 and best_poor[0] == 0  # the same target, each its own K
+    assert good.rates(target, "code")[0] == poor.rates(target, "code")[0]  # plain is the target's alone
+    copies = CopyPricing(settings)
+    for _ in range(10):
+        copies.observe("lookup", 20, 8, 8)
+        copies.observe("suffix", 20, 8, 0)
+    assert copies.alpha("lookup", 20) > 0.9 > 0.5 > copies.alpha("suffix", 20)

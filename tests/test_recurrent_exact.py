@@ -241,11 +241,11 @@ def test_greedy_adaptive_k_is_plain_decoding(fx, near_ties):
     ctl = session.engine.controller
     assert isinstance(ctl, CostModelController)
     if EXPECTED[fx.name] == "checkpoint":
-        assert len(priced) == 1 and ctl._rollback is not None, notices
-        save, restore, replay = ctl._rollback
+        assert len(priced) == 1 and ctl.costs.rollback is not None, notices
+        save, restore, replay = ctl.costs.rollback
         assert save > 0 and restore > 0 and set(replay) == set(Engine.COST_SIZES)  # every calibration size fits the fixtures' batch
     else:
-        assert not priced and ctl._rollback is None  # snapshots: nothing to replay
+        assert not priced and ctl.costs.rollback is None  # snapshots: nothing to replay
 
 
 def test_budget_and_end_of_generation_inside_an_accepted_run(fx, monkeypatch):

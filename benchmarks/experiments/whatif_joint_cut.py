@@ -3,7 +3,7 @@
 at fixed K and adaptive, over the texts whatif_controller.py cached, on each profile.
 
     python benchmarks/whatif_controller.py --tokens 384 --cache /tmp/tr384.pkl   # once: the texts
-    python benchmarks/whatif_joint_cut.py --cache /tmp/tr384.pkl --cuts 0.1,0.2 \
+    python benchmarks/experiments/whatif_joint_cut.py --cache /tmp/tr384.pkl --cuts 0.1,0.2 \
         --out benchmarks/results/draft-p-joint-whatif.txt
 
 Acceptance is exact up to each draft's first wrong token, and the cut there is decided
@@ -51,9 +51,9 @@ def main() -> int:
     except SpecdashError as exc:  # a profile that does not load: its own one line
         print(exc, file=sys.stderr)
         return 2
-    lines = [f"# draft_p_joint in whatif (benchmarks/whatif_joint_cut.py): {args.target} + {args.draft}, "
+    lines = [f"# draft_p_joint in whatif (benchmarks/experiments/whatif_joint_cut.py): {args.target} + {args.draft}, "
              f"{len(texts)} texts ({', '.join(texts)}), {time.strftime('%Y-%m-%d %H:%M')}",
-             f"# command: python benchmarks/whatif_joint_cut.py {' '.join(sys.argv[1:])}",
+             f"# command: python benchmarks/experiments/whatif_joint_cut.py {' '.join(sys.argv[1:])}",
              "# tok/s with the cut ÷ without, same text, same K: geometric mean over the texts (min-max);",
              "# adaptive: the engine's controller, k_max 32 (whatif_controller.py's)", ""]
     def tok_s(name: str, pn: str, k: int, joint: float) -> float:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The draft model with and without its joint confidence cut, paired round by round.
 
-    python benchmarks/draft_joint_cut_ab.py --ks 4,16 --rounds 3 --tokens 64 \
+    python benchmarks/experiments/draft_joint_cut_ab.py --ks 4,16 --rounds 3 --tokens 64 \
         --out benchmarks/results/draft-p-joint-ab.txt
 
 draft_p_joint stops a draft where the product of the draft model's top probabilities
@@ -11,14 +11,14 @@ K, greedy) holds both models; the arms set the cut between runs with the engine'
 command (SetCut, the dashboard's `c`) and alternate order from round to round and prompt
 to prompt.
 
-Per run and report: benchmarks/ab_arms.py.
+Per run and report: benchmarks/experiments/ab_arms.py.
 """
 
 from __future__ import annotations
 
 import sys
 
-from ab_arms import parser, run  # benchmarks/ is sys.path[0]
+from ab_arms import parser, run  # benchmarks/experiments/ is sys.path[0]
 
 from specdash import events as E
 from specdash.engine.drafters.base import model_price

@@ -1,6 +1,6 @@
 """Two arms of one engine setting, paired round by round in one Session per K.
 
-The harness behind benchmarks/lookup_guess_ab.py and benchmarks/draft_joint_cut_ab.py.
+The harness behind benchmarks/experiments/lookup_guess_ab.py and draft_joint_cut_ab.py.
 An arm is a function that puts the Session's engine in its state before a run (a
 drafter swapped in, a drafter's knob set): the target stays loaded, the arms alternate
 order from round to round and prompt to prompt.
@@ -24,14 +24,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+BENCHMARKS = Path(__file__).resolve().parent.parent  # benchmarks/: peer_llamacpp's prompts and K parsing
+ROOT = BENCHMARKS.parent
+for _path in (ROOT, BENCHMARKS):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from specdash.engine.settings import EngineSettings  # noqa: E402
 from specdash.events import PrefillEvent, StepEvent, Summary  # noqa: E402
 from specdash.session import Session  # noqa: E402
-from peer_llamacpp import BenchError, _ints, choose_prompts  # noqa: E402  (benchmarks/ is sys.path[0])
+from peer_llamacpp import BenchError, _ints, choose_prompts  # noqa: E402  (benchmarks/, put on sys.path above)
 
 Arm = Callable[[Session], None]
 
@@ -133,9 +135,9 @@ def run(args: argparse.Namespace, arms: dict[str, Arm], settings: Callable[[int]
         finally:
             session.close()
     lines = [
-        f"# {title} (benchmarks/{script})",
+        f"# {title} (benchmarks/experiments/{script})",
         "",
-        f"command: python benchmarks/{script} {' '.join(sys.argv[1:])}",
+        f"command: python benchmarks/experiments/{script} {' '.join(sys.argv[1:])}",
         f"date: {time.strftime('%Y-%m-%d %H:%M')}, took {(time.time() - t0) / 60:.1f} min; {os.cpu_count()} CPUs, "
         f"load at end {os.getloadavg()[0]:.2f}; target {args.target}, greedy, {args.threads} thread(s), "
         f"{args.tokens} tokens, {args.rounds} rounds",

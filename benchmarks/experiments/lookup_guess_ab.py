@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Prompt lookup with and without its one-token guess, paired round by round.
 
-    python benchmarks/lookup_guess_ab.py --ks 4,16 --rounds 3 --tokens 96 \
+    python benchmarks/experiments/lookup_guess_ab.py --ks 4,16 --rounds 3 --tokens 96 \
         --out benchmarks/results/lookup-one-gram-guess.txt
 
 The lookup drafter drafts from n-grams of lookup_min_ngram (2) up; one size shorter (a
@@ -10,14 +10,14 @@ guess" arm is the same drafter with that size switched off, the rule before it. 
 Session per K (lookup, fixed K, greedy) holds the target; the arms swap drafters in it and
 alternate order from round to round and prompt to prompt.
 
-Per run and report: benchmarks/ab_arms.py.
+Per run and report: benchmarks/experiments/ab_arms.py.
 """
 
 from __future__ import annotations
 
 import sys
 
-from ab_arms import parser, run  # benchmarks/ is sys.path[0]
+from ab_arms import parser, run  # benchmarks/experiments/ is sys.path[0]
 
 from specdash.engine.drafters.lookup import PromptLookupDrafter
 from specdash.engine.settings import EngineSettings
