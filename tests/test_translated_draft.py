@@ -265,22 +265,21 @@ PAIRS = [
 
 
 @pytest.fixture(scope="module")
-def pair_runs(request):
-    """One session and one plain reference per pair, shared by the prompts."""
+def pair_runs(greedy_reference):
+    """One session per pair, shared by the prompts; the plain reference is the run's
+    shared one for the target (conftest's greedy_reference)."""
     made: dict[tuple[str, str], tuple] = {}
 
     def get(target: str, draft: str):
         if (target, draft) not in made:
             from specdash.session import Session
 
-            s = Session(EngineSettings(adaptive=False, target=target, draft=draft, k=4, threads=1, ctx=1024, raw=True))
-            pair = F.Pair(f"{target}+{draft}", str(resolve_model(target)), draft, ctx=1024)
-            made[(target, draft)] = (s, F.Reference(pair))
+            s = Session(EngineSettings(adaptive=False, target=target, draft=draft, k=4, threads=2, ctx=1024, raw=True))
+            made[(target, draft)] = (s, greedy_reference(resolve_model(target), ctx=1024))
         return made[(target, draft)]
 
     yield get
-    for s, ref in made.values():
-        ref.close()
+    for s, _ in made.values():
         s.close()
 
 
