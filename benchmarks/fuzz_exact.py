@@ -122,11 +122,16 @@ class Pair:
                               max_tokens=max_tokens, raw=self.raw, draft_p_joint=0.0)
 
 
-def make_small_draft(folder: Path) -> Path:
+def make_small_draft(folder: Path | None = None) -> Path:
     """SmolLM2-135M quantized harder (Q4_0 from its Q4_1) with `specdash models
-    make-draft`'s code, into a private cache under `folder`: the small self-speculative pair."""
+    make-draft`'s code, into a private cache under `folder`: the small self-speculative pair.
+    With no folder, once into $SPECDASH_CACHE/fixtures/small-draft, reused after."""
     from specdash.models.quantize import make_draft
     from specdash.models.resolve import resolve_model
+    from specdash.paths import cache_dir
+
+    if folder is None:
+        folder = cache_dir() / "fixtures" / "small-draft"
 
     out = folder / "cache" / "models" / "smollm2-135m-q4_0.gguf"
     if out.is_file():
@@ -140,11 +145,16 @@ def make_small_draft(folder: Path) -> Path:
         return make_draft("smollm2-135m", "Q4_0").path
 
 
-def make_moe(folder: Path, n_expert: int = 4, n_used: int = 2) -> Path:
+def make_moe(folder: Path | None = None, n_expert: int = 4, n_used: int = 2) -> Path:
+    """The tiny MoE fixture: written into `folder`, or with no folder the copy cached in
+    $SPECDASH_CACHE/fixtures (tests/moe_fixture.cached_tiny_moe)."""
     spec = importlib.util.spec_from_file_location("moe_fixture", ROOT / "tests" / "moe_fixture.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    if folder is None:
+        cached: Path = module.cached_tiny_moe(n_expert=n_expert, n_expert_used=n_used)
+        return cached
     path: Path = module.make_tiny_moe(folder / "moe.gguf", n_expert=n_expert, n_expert_used=n_used)
     return path
 

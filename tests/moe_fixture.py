@@ -131,3 +131,34 @@ def make_tiny_moe(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+# Bump when make_tiny_moe writes other bytes for the same parameters (invalidates the cache).
+BUILDER_VERSION = 1
+
+
+def cached_tiny_moe(**params) -> Path:
+    """make_tiny_moe's file for these parameters, written once into
+    $SPECDASH_CACHE/fixtures (named by a hash of the parameters and the tokenizer's file)
+    and reused by every test and run after: tests that only read a MoE need not write one."""
+    import hashlib
+    import json
+    import os
+
+    from specdash.paths import cache_dir
+
+    tokenizer = Path(params.get("tokenizer_from") or _smollm2()).resolve()
+    st = tokenizer.stat()
+    key = {"v": BUILDER_VERSION, "tokenizer": [tokenizer.name, st.st_size],
+           **{k: str(v) if isinstance(v, Path) else v for k, v in params.items() if k != "tokenizer_from"}}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    path = cache_dir() / "fixtures" / f"moe-{digest}.gguf"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            make_tiny_moe(tmp, **{**params, "tokenizer_from": tokenizer})
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return path

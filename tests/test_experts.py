@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from cli_helpers import assert_ok, assert_usage_error, specdash
-from moe_fixture import ARCH, make_tiny_moe
+from moe_fixture import ARCH, cached_tiny_moe
 
 from specdash import events as C
 from specdash.engine.llm import LLM
@@ -30,7 +30,7 @@ PROMPT = "def fibonacci(n):\n    return"
 
 @pytest.fixture(scope="module")
 def tiny_moe(tmp_path_factory) -> Path:
-    return make_tiny_moe(tmp_path_factory.mktemp("experts") / "moe.gguf", n_expert=N_EXPERT, n_expert_used=N_USED)
+    return cached_tiny_moe(n_expert=N_EXPERT, n_expert_used=N_USED)
 
 
 def moe_session(path: Path, experts: int | None = None, max_tokens: int = 20) -> Session:
@@ -91,12 +91,12 @@ def test_session_expert_info_and_settings_event(tiny_moe, smol_path):
 @pytest.mark.parametrize("bad, says", [
     (0, "experts = 0: must be an integer >= 1"),  # the settings table, before any file is read
     (-1, "experts = -1: must be an integer >= 1"),
-    (N_EXPERT + 1, f"experts={N_EXPERT + 1} refused: moe.gguf has {N_EXPERT} experts; use 1..{N_EXPERT}"),
+    (N_EXPERT + 1, f"experts={N_EXPERT + 1} refused: {{file}} has {N_EXPERT} experts; use 1..{N_EXPERT}"),
 ])
 def test_session_refuses_an_out_of_range_count_before_loading(tiny_moe, bad, says):
     with pytest.raises(SpecdashError) as info:
         moe_session(tiny_moe, experts=bad)
-    assert str(info.value) == says
+    assert str(info.value) == says.format(file=tiny_moe.name)
 
 
 # --- 2. the CLI -------------------------------------------------------------------------
@@ -123,7 +123,7 @@ def test_cli_refuses_zero_and_too_many_without_aborting(tiny_moe):
     assert_usage_error(cli_run(tiny_moe, "--experts", "0"), "--experts 0", ">= 1")
     proc = cli_run(tiny_moe, "--experts", str(N_EXPERT + 1))
     assert proc.returncode != -signal.SIGABRT
-    assert_usage_error(proc, f"experts={N_EXPERT + 1}", f"1..{N_EXPERT}", "moe.gguf")
+    assert_usage_error(proc, f"experts={N_EXPERT + 1}", f"1..{N_EXPERT}", tiny_moe.name)
 
 
 def test_cli_refuses_experts_on_a_dense_model(smol_path):

@@ -45,9 +45,9 @@ def test_each_drafter_maps_to_llama_servers_own_flags():
 
 
 def test_an_expert_override_names_the_models_architecture(tmp_path):
-    from moe_fixture import make_tiny_moe
+    from moe_fixture import cached_tiny_moe
 
-    moe = make_tiny_moe(tmp_path / "moe.gguf", n_expert=4, n_expert_used=2)
+    moe = cached_tiny_moe(n_expert=4, n_expert_used=2)
     args, _ = server_args(settings(target_path=str(moe), experts=1))
     assert args[args.index("--override-kv") + 1] == "llama.expert_used_count=int:1"
 

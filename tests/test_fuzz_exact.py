@@ -36,7 +36,7 @@ RESULTS: list = []  # every fuzz result of this module, for the summary line
 @pytest.fixture(scope="module")
 def small_draft(tmp_path_factory) -> Path:
     """SmolLM2-135M at Q4_0, made from its Q4_1 by `specdash models make-draft`'s code."""
-    return F.make_small_draft(tmp_path_factory.mktemp("fuzz-draft"))
+    return F.make_small_draft()  # made once, cached in $SPECDASH_CACHE/fixtures
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def small(small_draft):
 
 @pytest.fixture(scope="module")
 def moe(tmp_path_factory, small_draft):
-    pair = F.moe_pair(F.make_moe(tmp_path_factory.mktemp("fuzz-moe")), small_draft)
+    pair = F.moe_pair(F.make_moe(), small_draft)
     session, reference = pair.session(MOE_TOKENS), F.Reference(pair)
     yield pair, session, reference
     reference.close()

@@ -192,10 +192,10 @@ def self_draft(tmp_path_factory, smol_path) -> Path:
 
 
 def test_ranking_follows_the_stated_rule(smol_path, self_draft, variants, gemma_path, tmp_path):
-    from moe_fixture import make_tiny_moe
+    from moe_fixture import cached_tiny_moe
 
     d = link(tmp_path / "d", smol_path, self_draft, variants["plus-128"], gemma_path)
-    make_tiny_moe(d / "tiny-moe.gguf", n_expert=4, n_expert_used=2, tokenizer_from=smol_path)
+    (d / "tiny-moe.gguf").symlink_to(cached_tiny_moe(n_expert=4, n_expert_used=2, tokenizer_from=smol_path))
     family = write_model(d / "smol-family.gguf", smol_path, basename="smollm2")
     report = pairs_report(d / smol_path.name, scan([d]))
     good = report.compatible()

@@ -141,8 +141,9 @@ def registry_dir(tmp_path_factory, smol_path, gemma_path, draft_path, target_pat
 
 @pytest.fixture(scope="module")
 def tiny_moe(tmp_path_factory, smol_path) -> Path:
-    return moe_fixture.make_tiny_moe(tmp_path_factory.mktemp("moe") / "tiny-moe.gguf",
-                                     n_expert=4, n_expert_used=2, tokenizer_from=smol_path)
+    path = tmp_path_factory.mktemp("moe") / "tiny-moe.gguf"  # the scan labels it by this name
+    path.symlink_to(moe_fixture.cached_tiny_moe(n_expert=4, n_expert_used=2, tokenizer_from=smol_path))
+    return path
 
 
 def by_label(result: ScanResult) -> dict[str, ModelInfo]:

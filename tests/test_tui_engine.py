@@ -237,11 +237,11 @@ async def test_w_writes_what_the_engine_reports_after_commands(tmp_path, smol_pa
 
 @sync
 async def test_e_sets_the_expert_count_of_a_moe_target_and_keeps_the_text(tmp_path):
-    from moe_fixture import make_tiny_moe
+    from moe_fixture import cached_tiny_moe
 
     from specdash.tui.screens.ask import AskScreen
 
-    moe = make_tiny_moe(tmp_path / "moe.gguf", n_expert=4, n_expert_used=2)
+    moe = cached_tiny_moe(n_expert=4, n_expert_used=2)
     app, recs, notes = real_app(tmp_path, moe, draft="none")
     async with app.run_test(size=(100, 30)) as pilot:
         await until(pilot, lambda: app.stats.total.steps >= 3, "steps on the MoE target")
