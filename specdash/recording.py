@@ -47,9 +47,13 @@ class Recording:
 class Recorder:
     """Appends events to `path` (a listener: feed it every event, from one thread)."""
 
-    def __init__(self, path: str | Path, *, extra: dict[str, Any] | None = None):
+    def __init__(self, path: str | Path, *, extra: dict[str, Any] | None = None,
+                 late_extra: Callable[[], dict[str, Any]] | None = None):
+        """extra: more header fields; late_extra: more, asked for when the header is
+        written (what is known only once the source answered, e.g. a server's build)."""
         self.path = Path(path).expanduser()
         self._extra = extra or {}
+        self._late_extra = late_extra
         self._file: IO[str] | None = None
         self._waiting: list[E.Event] = []
         self._lock = threading.Lock()  # `run` records telemetry from a second thread
@@ -75,11 +79,15 @@ class Recorder:
             if not isinstance(event, E.SettingsEvent):
                 self._waiting.append(event)
                 return
-            self._write(make_header(event, self._extra))
+            self._write(make_header(event, self._header_extra()))
             waiting, self._waiting = self._waiting, []
             for ev in waiting:
                 self._write(E.to_dict(ev))
         self._write(E.to_dict(event))
+
+    def _header_extra(self) -> dict[str, Any]:
+        late = self._late_extra() if self._late_extra is not None else {}
+        return {**self._extra, **late}
 
     def _write(self, data: dict[str, Any]) -> None:
         assert self._file is not None
@@ -97,7 +105,7 @@ class Recorder:
         if self._file is not None:
             for ev in self._waiting:  # a source that never reported settings: keep what came
                 if self.lines == 0:
-                    self._write(make_header(None, self._extra))
+                    self._write(make_header(None, self._header_extra()))
                 self._write(E.to_dict(ev))
             self._waiting = []
             self._file.close()
@@ -216,7 +224,7 @@ def read_recording(path: str | Path) -> Recording:
     except OSError as exc:
         raise SpecdashError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     with handle:
-        lines = _lines(handle, path)
+        lines = numbered_lines(handle)
         first = next(lines, None)
         if first is None:
             raise SpecdashError(f"{path}: empty file; not a specdash recording")
@@ -228,9 +236,7 @@ def read_recording(path: str | Path) -> Recording:
         if not isinstance(header, dict) or header.get("event") != HEADER:
             raise SpecdashError(f"{path}: line 1 is not a specdash recording header "
                                 "(record one with `specdash run --record FILE` or `specdash --record FILE`)")
-        if not isinstance(header.get("schema"), int) or header["schema"] > E.SCHEMA:
-            raise SpecdashError(f"{path}: recorded with schema {header.get('schema')!r}; this specdash reads "
-                                f"schema {E.SCHEMA} and older: upgrade specdash")
+        check_header_schema(header, path)
         rec = Recording(path, header, [], lines_read=1)
         for n, text in lines:
             if text is None:
@@ -252,7 +258,16 @@ def read_recording(path: str | Path) -> Recording:
         return rec
 
 
-def _lines(handle: IO[str], path: Path) -> Iterator[tuple[int, str | None]]:
+def check_header_schema(header: dict[str, Any], path: Path) -> None:
+    """A recording header this specdash can read, or a one-line error naming the file."""
+    if not isinstance(header.get("schema"), int) or header["schema"] > E.SCHEMA:
+        raise SpecdashError(f"{path}: recorded with schema {header.get('schema')!r}; this specdash reads "
+                            f"schema {E.SCHEMA} and older: upgrade specdash")
+
+
+def numbered_lines(handle: IO[str]) -> Iterator[tuple[int, str | None]]:
+    """(line number, text) of every non-blank line; text None where the file stops being
+    UTF-8 (nothing after it is read)."""
     n = 0
     while True:
         n += 1

@@ -29,6 +29,9 @@ def test_json_lines_contract(smol_path):
 
     assert all(e["schema"] == SCHEMA and to_dict(from_dict(e)) == e for e in events)
     assert events[0]["event"] == "settings" and events[0]["source"] == "engine"
+    # The prompt's text follows, so two runs' files can be checked to have run the same one.
+    assert (events[1]["event"], events[1]["title"], events[1]["text"]) == \
+        ("prompt", "prompt", "Count from 1 to 30, separated by commas.")
     assert summary["num_draft_tokens"] == sum(e["drafted"] for e in steps)
     assert summary["num_accepted_tokens"] == sum(e["accepted"] for e in steps)
     assert summary["stop_reason"] in ("eos", "max_tokens")

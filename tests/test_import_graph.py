@@ -38,7 +38,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | str]] = {
     "records": (("recording.py",), ("contract", "machine", "models", "base")),
     "sources": (("sources/",), ("contract", "servers", "engine", "records", "base")),
     "services": (("session.py", "schedule.py", "sweep.py", "export.py", "config.py", "bench.py", "prompts.py",
-                  "whatif/", "llamacpp_tools.py", "metrics_exporter.py"), EARLIER),
+                  "whatif/", "llamacpp_tools.py", "metrics_exporter.py", "runs.py", "compare.py"), EARLIER),
     "UI": (("tui/",), EARLIER),
     "CLI": (("cli.py", "__main__.py", "commands/"), EARLIER),
 }

@@ -5,7 +5,10 @@ specdash's --metrics-port).
                        exist), then exit: 0 when a server answered, 2 when none did
     --watch [--json]   one line per server per interval until Ctrl-C (or --count lines)
     --prompt TEXT      drive mode: send TEXT to the server's completion endpoint; with
-                       --json the event stream is printed as JSON lines (one URL)
+                       --json the event stream is printed as JSON lines (one URL), with
+                       --headless the text and a summary per prompt; --prompt and
+                       --prompt-file repeat (headless: each prompt in turn), --record FILE
+                       records what came back, for `specdash compare` and `replay`
     (default)          the dashboard: one server's panels, or the fleet table
 """
 
@@ -17,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from specdash.errors import SpecdashError
@@ -68,8 +72,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(repeatable; values never appear in output, screenshots or recordings)")
     p.add_argument("--timeout", type=_seconds("--timeout", *TIMEOUT_RANGE), default=5.0, metavar="SECONDS",
                    help="read timeout per request (default 5; connecting gives up after 2)")
-    p.add_argument("--prompt", metavar="TEXT",
-                   help="drive mode: send TEXT to the server's completion endpoint and stream it")
+    p.add_argument("--prompt", action="append", metavar="TEXT",
+                   help="drive mode: send TEXT to the server's completion endpoint and stream it "
+                   "(repeatable with --headless or --json: the prompts run one after another)")
+    p.add_argument("--prompt-file", action="append", metavar="FILE",
+                   help="drive mode: a prompt from FILE, as --prompt (repeatable; '-' = stdin)")
+    p.add_argument("--headless", action="store_true",
+                   help="drive mode without the dashboard: the text on stdout, a summary line per prompt "
+                   "on stderr (as `specdash run`); with --record, a recording for `specdash compare`")
     p.add_argument("--max-tokens", type=_positive_int, default=256, metavar="N",
                    help="drive mode: tokens to generate (default 256)")
     mode = p.add_mutually_exclusive_group()
@@ -77,7 +87,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mode.add_argument("--watch", action="store_true", help="print a snapshot per server every interval")
     p.add_argument("--count", type=_positive_int, metavar="N",
                    help="with --watch: stop after N intervals")
-    p.add_argument("--record", metavar="FILE", help="record what the dashboard shows, for `specdash replay`")
+    p.add_argument("--record", metavar="FILE", help="record what the dashboard shows, or in headless drive mode "
+                   "(--headless, --json) what the server streamed, for `specdash replay` and `specdash compare`")
     p.add_argument("--screenshots", metavar="DIR", help="folder for `s` screenshots (default ~/specdash-screenshots)")
     p.add_argument("--json", action="store_true",
                    help="JSON: with --once/--watch one object per server per line (the `server` event "
@@ -95,12 +106,35 @@ def parse_headers(items: list[str]) -> dict[str, str]:
     return headers
 
 
-def build_sources(args: argparse.Namespace, *, with_prompt: bool = False) -> list[Any]:
-    """One RemoteSource per distinct URL (bad URLs and headers raise SpecdashError)."""
+def prompts_of(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(title, text) of every --prompt and --prompt-file, in the order given on the line
+    (argparse keeps each flag's own order; prompts before files)."""
+    from specdash.commands.common import read_prompt_file
+
+    out: list[tuple[str, str]] = []
+    texts = getattr(args, "prompt", None) or []
+    for text in texts:
+        if not text.strip():
+            raise SpecdashError("--prompt '': give the text to send")
+        out.append(("prompt" if len(texts) == 1 else f"prompt {len(out) + 1}", text))
+    for name in getattr(args, "prompt_file", None) or []:
+        out.append((Path(name).name if name != "-" else "stdin", read_prompt_file(name)))
+    return out
+
+
+def build_sources(args: argparse.Namespace, *, with_prompt: bool = False,
+                  prompts: list[tuple[str, str]] | None = None) -> list[Any]:
+    """One RemoteSource per distinct URL (bad URLs and headers raise SpecdashError).
+    with_prompt: the dashboard's one prompt (`prompts`, read from args when not given),
+    sent once the server answers."""
     from specdash.remote.client import parse_url
     from specdash.sources.remote import RemoteSource
 
     headers = parse_headers(args.header)
+    if not with_prompt:
+        prompts = []
+    elif prompts is None:
+        prompts = prompts_of(args)
     seen: set[str] = set()
     sources = []
     for raw in args.urls:
@@ -110,30 +144,39 @@ def build_sources(args: argparse.Namespace, *, with_prompt: bool = False) -> lis
         seen.add(url.base)
         sources.append(RemoteSource(
             raw, headers=headers, interval=args.interval, window=args.window,
-            prompt=args.prompt if with_prompt else None, max_tokens=args.max_tokens, read_timeout=args.timeout))
+            prompt=prompts[0][1] if prompts else None, prompt_title=prompts[0][0] if prompts else "",
+            max_tokens=args.max_tokens, read_timeout=args.timeout))
     return sources
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.json and not (args.once or args.watch or args.prompt):
+    prompts = prompts_of(args)
+    headless = bool(prompts) and (args.json or args.headless)
+    if args.json and not (args.once or args.watch or prompts):
         raise SpecdashError("--json needs --once, --watch or --prompt (the dashboard is not JSON)")
+    if args.headless and not prompts:
+        raise SpecdashError("--headless is drive mode without the dashboard: give --prompt TEXT or --prompt-file FILE")
     if args.count is not None and not args.watch:
         raise SpecdashError("--count needs --watch")
-    if args.prompt is not None and not args.prompt.strip():
-        raise SpecdashError("--prompt '': give the text to send")
-    if args.prompt and (args.once or args.watch):
+    if prompts and (args.once or args.watch):
         raise SpecdashError("--prompt drives generation; use it without --once/--watch")
-    dashboard = not (args.once or args.watch or args.json)
-    sources = build_sources(args, with_prompt=dashboard)
+    if args.record and (args.once or args.watch):
+        raise SpecdashError("--record records the dashboard or drive mode (--prompt); not --once/--watch")
+    if len(prompts) > 1 and not headless:
+        raise SpecdashError(f"{len(prompts)} prompts: the dashboard takes one (`n` types the next); "
+                            "several run one after another with --headless or --json")
+    dashboard = not (args.once or args.watch or headless)
+    sources = build_sources(args, with_prompt=dashboard, prompts=prompts)
     try:
         if args.once:
             return once(sources, args)
         if args.watch:
             return watch(sources, args)
-        if args.prompt and args.json:
+        if headless:
             if len(sources) != 1:
-                raise SpecdashError(f"--prompt with --json takes one URL, got {len(sources)}")
-            return drive_json(sources[0], args)
+                raise SpecdashError(f"--prompt with {'--json' if args.json else '--headless'} takes one URL, "
+                                    f"got {len(sources)}")
+            return drive(sources[0], prompts, args)
         return open_dashboard(sources, args)
     finally:
         for source in sources:
@@ -216,32 +259,75 @@ def watch(sources: list[Any], args: argparse.Namespace) -> int:
     return 0
 
 
-def drive_json(source: Any, args: argparse.Namespace) -> int:
-    """--prompt --json: the drive-mode events of one server as JSON lines, then exit."""
+def drive(source: Any, prompts: list[tuple[str, str]], args: argparse.Namespace) -> int:
+    """Headless drive mode: every prompt in turn on one server, then exit 0. With --json
+    the events as JSON lines (not the polls' rows and deltas: they belong to --watch),
+    else the text on stdout and a summary line per prompt on stderr. --record keeps
+    everything the source said, polls included, as the dashboard's recording does.
+    Exit 2 when the server never answered or refused a prompt, 1 when a prompt failed."""
     import queue
 
-    from specdash.events import CountersEvent, NewPrompt, NoticeEvent, ServerEvent, StatusEvent, Summary, to_dict
+    from specdash.commands.run import summary_line
+    from specdash.events import (CountersEvent, NewPrompt, NoticeEvent, ServerEvent, StatusEvent, StepEvent,
+                                 Summary, to_dict)
 
+    recorder = _recorder(args, [source]) if args.record else None
     events: queue.Queue[Any] = queue.Queue()
     source.start(events.put)
-    source.send(NewPrompt(args.prompt, "prompt"))
+    for title, text in prompts:
+        source.send(NewPrompt(text, title))
     first_state: str | None = None
-    while True:
-        ev = events.get()
-        if isinstance(ev, (ServerEvent, CountersEvent)):
-            continue  # the polls' rows and deltas belong to --watch
-        if isinstance(ev, StatusEvent) and ev.state == "down" and first_state is None:
-            print(f"specdash: error: {ev.message}", file=sys.stderr)
-            return 2
-        if isinstance(ev, StatusEvent):
-            first_state = first_state or ev.state
-        print(json.dumps(to_dict(ev), ensure_ascii=False), flush=True)
-        if isinstance(ev, Summary):
-            return 0
-        if isinstance(ev, NoticeEvent) and ev.level == "error" and "prompt" in ev.message:
-            return 1
-        if isinstance(ev, NoticeEvent) and "prompt refused" in ev.message:
-            return 2
+    done = 0
+    try:
+        while True:
+            ev = events.get()
+            if recorder is not None:
+                recorder.feed(ev)
+            if isinstance(ev, (ServerEvent, CountersEvent)):
+                continue
+            if isinstance(ev, StatusEvent) and ev.state == "down" and first_state is None:
+                print(f"specdash: error: {ev.message}", file=sys.stderr)
+                return 2
+            if isinstance(ev, StatusEvent):
+                first_state = first_state or ev.state
+            if args.json:
+                print(json.dumps(to_dict(ev), ensure_ascii=False), flush=True)
+            elif isinstance(ev, StepEvent):
+                sys.stdout.write(ev.text)
+                sys.stdout.flush()
+            elif isinstance(ev, Summary):
+                print(flush=True)
+                print(summary_line(ev), file=sys.stderr, flush=True)
+            elif isinstance(ev, NoticeEvent) and ev.level != "info":
+                print(f"specdash: {ev.level}: {ev.message}", file=sys.stderr, flush=True)
+            if isinstance(ev, Summary):
+                done += 1
+                if done == len(prompts):
+                    return 0
+            if isinstance(ev, NoticeEvent) and ev.level == "error" and "prompt" in ev.message:
+                return 1
+            if isinstance(ev, NoticeEvent) and "prompt refused" in ev.message:
+                return 2
+    finally:
+        if recorder is not None:
+            recorder.close()
+            print(f"recorded {recorder.lines} lines to {recorder.path}", file=sys.stderr)
+
+
+def _recorder(args: argparse.Namespace, sources: list[Any]) -> Any:
+    """A Recorder for `--record`. The header names the server's build (llama-server's
+    /props build_info), known only once a poll came back: read when the header is
+    written, at the first settings event."""
+    from specdash.recording import Recorder
+
+    def server() -> dict[str, Any]:
+        if len(sources) != 1:
+            return {}
+        props = sources[0].watch.props or {}
+        info = {key: props.get(key) for key in ("build_info", "model_path") if isinstance(props.get(key), str)}
+        return {"server": {"url": sources[0].url, "backend": sources[0].watch.backend, **info}}
+
+    return Recorder(args.record, extra={"command": "attach", "urls": [s.url for s in sources]}, late_extra=server)
 
 
 # --- the dashboard ---
@@ -271,9 +357,7 @@ def dashboard_app(sources: list[Any], args: argparse.Namespace) -> Any:
     else:
         app = FleetDashboard(sources, screenshots_dir=shots)
     if getattr(args, "record", None):
-        from specdash.recording import Recorder
-
-        recorder = Recorder(args.record, extra={"command": "attach", "urls": [s.url for s in sources]})
+        recorder = _recorder(args, sources)
         app.add_listener(recorder)
         app.on_exit_callbacks.append(recorder.close)
     return app

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from specdash import events as E
 from specdash.commands_registry import SCHEDULE_SYNTAX
@@ -83,10 +84,19 @@ def run(args: argparse.Namespace) -> int:
     session = Session(config.engine, progress=stderr_progress())
     schedule = Schedule(entries, session.send)
     stopped = False
+    # The prompt's text travels with its events, as in the dashboard's: `specdash compare`
+    # checks that two runs ran the same prompt. After the first settings line, which
+    # readers of `run --json` take as its first line.
+    title = Path(args.prompt_file).name if getattr(args, "prompt_file", None) not in (None, "-") else "prompt"
+    told = False
     try:
         for ev in session.run(prompt):
             for sink in sinks:
                 sink(ev)
+            if not told and isinstance(ev, E.SettingsEvent):
+                told = True
+                for sink in sinks:
+                    sink(E.PromptEvent(title, prompt, t=E.now()))
             if isinstance(ev, StepEvent):
                 schedule.after_step(ev.step)
             elif isinstance(ev, Summary):

@@ -1,11 +1,13 @@
 """`specdash whatif`: every drafter and K predicted from one plain greedy run, on this
-machine's cost curve or another's (specdash/whatif/)."""
+machine's cost curve or another's (specdash/whatif/); or, with --acceptance-length /
+--acceptance-rates, every K from an acceptance figure alone (whatif/synthetic.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from specdash.commands.common import add_engine_arguments, add_prompt_arguments, load_settings, read_prompt, stderr_progress
@@ -62,10 +64,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_prompt_arguments(p, required=False)
     p.add_argument("--recording", metavar="FILE", help="take the text from a `specdash run --record` file "
                    "made at temperature 0 (its first prompt)")
-    p.add_argument("--ks", type=_ks, default=list(range(1, 33)), metavar="LIST",
-                   help="Ks to simulate: a range or a list (default 1-32)")
+    p.add_argument("--ks", type=_ks, default=None, metavar="LIST",
+                   help="Ks to simulate: a range or a list (default 1-32; from a synthetic acceptance, every K "
+                   "it can say something about)")
     p.add_argument("--drafters", type=_kinds, metavar="LIST",
                    help=f"drafters to simulate (default {','.join(default_kinds())}; model = --draft)")
+    synth = p.add_argument_group(
+        "from an acceptance figure, without a text",
+        "Predict tok/s for every K from llama.cpp's synthetic acceptance (llama-server --spec-synth-len, "
+        "--spec-synth-rates; same meaning) on the cost profile, for a draft model (the profile's draft costs) "
+        "and a model-free drafter. Every step drafts K tokens; acceptance is drawn, not read off a text.")
+    one = synth.add_mutually_exclusive_group()
+    one.add_argument("--acceptance-length", type=float, metavar="L",
+                     help="mean acceptance length, the target's own token included (1 + accepted per draft; vLLM's "
+                     "mean accepted length), within [1, K+1]: llama.cpp's --spec-synth-len, the same L at every K "
+                     "(geometric per-position rates solved per K)")
+    one.add_argument("--acceptance-rates", metavar="R1,R2,...",
+                     help="per-position acceptance, unconditional: Ri = the chance that the first i drafted tokens "
+                     "are all accepted (non-increasing, 0..1): llama.cpp's --spec-synth-rates; predicts K = 1..n "
+                     "(a K below n takes the first K)")
+    synth.add_argument("--at-k", type=int, metavar="K0",
+                       help="with --acceptance-length: the K it was read at (e.g. off a server running K0). Its "
+                       "per-token rate is solved at K0 as llama.cpp would, and carried to every K")
     p.add_argument("--k-max", dest="whatif_k_max", type=int, metavar="N",
                    help="adaptive K's largest K (default: the k_max setting, 16)")
     p.add_argument("--profile", default="here", metavar="P",
@@ -88,8 +108,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"whatif: {msg}", file=sys.stderr, flush=True)
 
     prompt = read_prompt(args)
+    if args.acceptance_length is not None or args.acceptance_rates is not None or args.at_k is not None:
+        return run_synthetic(args, prompt, say)
     if (prompt is None) == (args.recording is None):
-        raise SpecdashError("whatif needs exactly one of --prompt, --prompt-file or --recording")
+        raise SpecdashError("whatif needs exactly one of --prompt, --prompt-file or --recording "
+                            "(or an acceptance figure: --acceptance-length, --acceptance-rates)")
+    if args.ks is None:
+        args.ks = list(range(1, 33))
     profile = None if args.profile == "here" else load_profile(args.profile)  # bad files fail first
     config = load_settings(args)
     settings = config.engine
@@ -141,6 +166,50 @@ def run(args: argparse.Namespace) -> int:
     if args.json_out:
         try:
             Path(args.json_out).write_text(json.dumps(report.to_json(), indent=1), encoding="utf-8")
+        except OSError as exc:
+            raise SpecdashError(f"--json {args.json_out}: cannot write it ({exc.strerror or exc})") from None
+        say(f"wrote {args.json_out}")
+    return 0
+
+
+def run_synthetic(args: argparse.Namespace, prompt: str | None, say: Callable[[str], None]) -> int:
+    """--acceptance-length / --acceptance-rates: every K priced on the profile, no text."""
+    from specdash.prompts import BUILTIN
+    from specdash.whatif.measure import measure_profile
+    from specdash.whatif.profile import load_profile, save_profile
+    from specdash.whatif.synthetic import Synthetic, parse_rates, report
+
+    if args.at_k is not None and args.acceptance_length is None:
+        raise SpecdashError("--at-k says at which K an --acceptance-length was read; give --acceptance-length L")
+    for flag, given in (("--recording", args.recording), ("--drafters", args.drafters),
+                        ("--k-max", args.whatif_k_max)):
+        if given is not None:
+            raise SpecdashError(f"{flag}: not with a synthetic acceptance (--acceptance-length/--acceptance-rates), "
+                                "which needs no text and prices a draft model and a model-free drafter at fixed K")
+    synthetic = Synthetic(length=args.acceptance_length,
+                          rates=parse_rates(args.acceptance_rates) if args.acceptance_rates is not None else (),
+                          at_k=args.at_k)
+    if args.profile != "here" and prompt is not None and not args.save_profile:
+        raise SpecdashError("--prompt: a synthetic acceptance needs no text; a prompt only serves to measure "
+                            "--profile here on")
+    profile = None if args.profile == "here" else load_profile(args.profile)  # bad files fail first
+    for k in args.ks or []:
+        synthetic.rates_at(k)  # and Ks the acceptance cannot take, before anything is measured
+    if profile is None or args.save_profile:
+        config = load_settings(args)
+        if not config.engine.sampling.greedy:
+            raise SpecdashError(f"--temp {config.engine.sampling.temperature:g}: the profile is measured on a plain "
+                                "greedy run; drop --temp")
+        here = measure_profile(config.engine, prompt or BUILTIN[0].text, say, stderr_progress())
+        if args.save_profile:
+            save_profile(here, args.save_profile)
+            say(f"wrote the measured profile to {args.save_profile}")
+        profile = profile or here
+    result = report(synthetic, profile, args.ks)
+    print(result.text())
+    if args.json_out:
+        try:
+            Path(args.json_out).write_text(json.dumps(result.to_json(), indent=1), encoding="utf-8")
         except OSError as exc:
             raise SpecdashError(f"--json {args.json_out}: cannot write it ({exc.strerror or exc})") from None
         say(f"wrote {args.json_out}")

@@ -220,6 +220,8 @@ class RemoteSource:
         self._prompts: queue.Queue[E.NewPrompt | None] = queue.Queue()
         self._driver: threading.Thread | None = None
         self._stream_cancel = threading.Event()
+        self._polled = threading.Condition()  # notified after each poll is handled
+        self._polls = 0
         if prompt:
             self._prompts.put(E.NewPrompt(prompt, prompt_title or "prompt"))
 
@@ -319,6 +321,24 @@ class RemoteSource:
             self._server = E.ServerEvent(url=self.url, state="bad", errors=self.watch.errors,
                                          error=f"{self.url}: handling a poll failed ({describe(exc)})", t=r.t)
             self._put(self._server)
+        with self._polled:
+            self._polls += 1
+            self._polled.notify_all()
+
+    def _poll_after_now(self) -> None:
+        """Return once a poll that began after this call has been handled (or the source
+        closed, or it took too long). Some of what a request ran with shows only after it
+        ran (llama-server's per-position series, whose length is K; a slot's last task),
+        so the settings that poll brings describe the request just made. Two polls: the
+        first to finish may have begun before this call."""
+        limit = 2 * (self.interval + self.client.read_timeout + 2.0)
+        for _ in range(2):
+            with self._polled:
+                seen = self._polls
+            self.poller.wake()
+            with self._polled:
+                if not self._polled.wait_for(lambda: self._polls > seen or self._closed.is_set(), timeout=limit):
+                    return
 
     def _handle_poll(self, r: PollResult) -> None:
         w = self.watch
@@ -546,9 +566,11 @@ class RemoteSource:
                 summary.acceptance_rate = acceptance_rate(summary.num_accepted_tokens, summary.num_draft_tokens)
                 summary.mean_accepted_length = mean_accepted_length(
                     summary.num_accepted_tokens, summary.num_drafts) or 1.0
+        # The summary closes the request's events: the settings before it are the server's
+        # as of this request (a recording attributes them to it).
+        self._poll_after_now()
         summary.t = now()
         self._put(summary)
-        self.poller.wake()
 
     def _drive_llamacpp(self, prompt: str) -> E.Summary | None:
         settings = self._settings

@@ -6,4 +6,6 @@ computed instead of run: model-free drafters are replayed over the known text
 (simulate.py), a draft model's proposals come from one teacher-forced pass
 (transcript.py), and each simulated step's time comes from a cost profile (profile.py).
 The adaptive controller is the engine's own, fed the simulated steps in order.
+Without a text, synthetic.py prices an acceptance figure (llama.cpp's synthetic
+acceptance length or rates) on the same profile for every K.
 """

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from specdash.engine.llm import LLM
+from specdash.engine.settings import EngineSettings
 from specdash.whatif.profile import Profile
 
 # Every size to 33 would take ~600 tokens of batch work per round; these keep the steps
@@ -86,3 +87,39 @@ def measure_here(target: LLM, draft: LLM | None, prompt: Sequence[int], *, overh
         draft.clear()
     return Profile(name="here", verify=curve, draft_ms=d_ms, batch_ms=b_ms, pair_ms=pair_ms,
                    relative_cost=relative_cost, overhead_ms=overhead_ms, note=note, source="here", extra=extra)
+
+
+def measure_profile(settings: EngineSettings, prompt: str, say: Callable[[str], None] = lambda s: None,
+                    progress: Callable[[str, float | None], None] | None = None, plain_tokens: int = 48) -> Profile:
+    """`--profile here` with no text to simulate (a synthetic acceptance): the target, and
+    the draft model when settings.draft is one, loaded as for a run; a short plain greedy
+    run on `prompt` gives the step level and overhead (as a what-if's plain run does);
+    then measure_here."""
+    from specdash.engine.drafters import is_model
+    from specdash.events import StepEvent, Summary
+    from specdash.session import Session
+    from specdash.whatif.transcript import plain_stats, session_draft_model
+
+    model = settings.draft if is_model(settings.draft) else None
+    say(f"loading {settings.target}")
+    session = Session(settings.replace(draft="none", k=0, adaptive=False), progress=progress)
+    try:
+        draft_llm, rel = session_draft_model(session, model, say)
+        tokens = session.prompt_tokens(prompt)
+        say(f"a plain greedy run of {plain_tokens} tokens for the step level, then target batches 1..33"
+            + (" and draft tokens" if draft_llm is not None else ""))
+        steps: list[StepEvent] = []
+        summary: Summary | None = None
+        for ev in session.engine.generate(tokens, plain_tokens):
+            if isinstance(ev, StepEvent):
+                steps.append(ev)
+            elif isinstance(ev, Summary):
+                summary = ev
+        assert summary is not None
+        plain = plain_stats(steps, summary)
+        return measure_here(session.target, draft_llm, tokens, overhead_ms=plain["overhead_ms"], relative_cost=rel,
+                            plain_step_ms=plain["verify_ms_median"],
+                            note=f"measured by specdash whatif on this machine: {settings.target}"
+                            + (f" + {model}" if model else ""))
+    finally:
+        session.close()

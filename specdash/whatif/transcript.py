@@ -153,7 +153,7 @@ def _pieces(target: LLM, seq: Sequence[int]) -> list[bytes]:
     return [target.piece(t) for t in seq]
 
 
-def _plain_stats(steps: list[E.StepEvent], summary: E.Summary) -> dict[str, float]:
+def plain_stats(steps: list[E.StepEvent], summary: E.Summary) -> dict[str, float]:
     n = max(len(steps), 1)
     inner = sum(s.draft_ms + s.verify_ms for s in steps)
     return {"tokens_per_s": summary.tokens_per_s, "steps": float(len(steps)), "decode_s": summary.decode_s,
@@ -177,7 +177,7 @@ def from_prompt(settings: EngineSettings, prompt: str, model: str | None, say: S
     say(f"loading {settings.target}")
     session = Session(plain, progress=progress)
     try:
-        draft_llm, rel = _draft_model(session, model, say)
+        draft_llm, rel = session_draft_model(session, model, say)
         tokens = session.prompt_tokens(prompt)
         say(f"generating the plain greedy text ({settings.max_tokens} tokens at most, K=0)")
         steps: list[E.StepEvent] = []
@@ -190,7 +190,7 @@ def from_prompt(settings: EngineSettings, prompt: str, model: str | None, say: S
         assert summary is not None
         text = [t for s in steps for t in s.tokens]
         tr = over_text(session.target, tokens, text, summary.stop_reason, settings, say, draft_llm, model)
-        tr.plain = _plain_stats(steps, summary)
+        tr.plain = plain_stats(steps, summary)
         tr.draft_relative_cost = rel
         tr.prompt_text = session.target.detokenize(tokens)
         return tr, (session, draft_llm)
@@ -199,7 +199,7 @@ def from_prompt(settings: EngineSettings, prompt: str, model: str | None, say: S
         raise
 
 
-def _draft_model(session: Any, model: str | None, say: Say) -> tuple[LLM | None, float | None]:
+def session_draft_model(session: Any, model: str | None, say: Say) -> tuple[LLM | None, float | None]:
     """The session's draft model (loaded and checked against the target as for a run)
     and the relative cost it prices a drafted token at."""
     if model is None:
@@ -281,14 +281,14 @@ def from_recording(path: str, settings: EngineSettings, given: set[str], model: 
     say(f"loading {plain.target}")
     session = Session(plain, progress=progress)
     try:
-        draft_llm, rel = _draft_model(session, model, say)
+        draft_llm, rel = session_draft_model(session, model, say)
         tokens = session.prompt_tokens(prompt_text)
         if n_prefill is not None and n_prefill != len(tokens) - 1:
             raise SpecdashError(f"--recording {path}: its prompt was {n_prefill + 1} tokens, this target "
                                 f"makes {len(tokens)}: record and replay with the same target and --raw")
         text = [t for s in steps for t in s.tokens]
         tr = over_text(session.target, tokens, text, summary.stop_reason, plain, say, draft_llm, model)
-        tr.plain = _plain_stats(steps, summary)
+        tr.plain = plain_stats(steps, summary)
         tr.draft_relative_cost = rel
         return tr, (session, draft_llm)
     except BaseException:
