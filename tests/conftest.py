@@ -18,6 +18,34 @@ def pytest_configure(config):
     os.environ.setdefault(repack.ENV, config._repack_verdict.mode)
 
 
+def _ui_thread_idle() -> None:
+    """Textual's test pilot waits after every key (twice) and pause() until the *process*
+    spends less than 1 ms of CPU per 20 ms, for at most a second. With a real engine
+    decoding in a thread of the same process the process is never idle, so every key cost
+    two whole seconds (the recurrent dashboard test: 46 s, of which under 1 s waiting on
+    its conditions). What the pilot means is "the UI has handled the input": the UI thread
+    idle, which time.thread_time() measures. Without a decoding thread the two agree."""
+    import time
+
+    import textual._wait as wait
+    import textual.app
+    import textual.pilot
+
+    async def wait_for_idle(min_sleep: float = wait.SLEEP_GRANULARITY, max_sleep: float = 1) -> None:
+        start = time.monotonic()
+        while True:
+            cpu = time.thread_time()
+            await wait.sleep(wait.SLEEP_GRANULARITY)
+            elapsed = time.monotonic() - start
+            if elapsed >= max_sleep or (elapsed > min_sleep and time.thread_time() - cpu < wait.SLEEP_IDLE):
+                break
+
+    textual.app.wait_for_idle = textual.pilot.wait_for_idle = wait_for_idle  # type: ignore[attr-defined]
+
+
+_ui_thread_idle()
+
+
 def pytest_report_header(config):
     """CI logs say what this machine loads weights with and why (an AMX crash shows here)."""
     return f"specdash: {config._repack_verdict.describe()}"
