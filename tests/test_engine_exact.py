@@ -53,6 +53,36 @@ def generated_tokens(steps):
     return [t for s in steps for t in s.tokens]
 
 
+def teacher_forced_gaps(llm: LLM, prompt_tokens: list[int], tokens: list[int]) -> list[tuple[int, float]]:
+    """For each generated token: (target argmax given the tokens before it, gap between
+    its top two logits), one token per forward pass (for tests with their own model;
+    the default pair's reference is shared: see `reference`)."""
+    llm.clear()
+    llm.prefill(prompt_tokens[:-1])
+    out = []
+    last, pos = prompt_tokens[-1], len(prompt_tokens) - 1
+    for tok in tokens:
+        row = llm.decode([last], pos, logits="last")[0]
+        top2 = np.partition(row, -2)[-2:]
+        out.append((int(row.argmax()), float(top2[1] - top2[0])))
+        last, pos = tok, pos + 1
+    return out
+
+
+def plain_greedy(llm: LLM, prompt_tokens: list[int], n: int) -> list[int]:
+    """Greedy plain decoding, one token per forward pass, up to n tokens or the end."""
+    llm.clear()
+    llm.prefill(prompt_tokens[:-1])
+    last, pos, out = prompt_tokens[-1], len(prompt_tokens) - 1, []
+    for _ in range(n):
+        tok = int(llm.decode([last], pos, logits="last")[0].argmax())
+        if llm.is_eog(tok):
+            break
+        out.append(tok)
+        last, pos = tok, pos + 1
+    return out
+
+
 @pytest.fixture(scope="module")
 def reference(target_path, greedy_reference):
     """Plain greedy decoding of the target alone, one token per forward pass (shared with
