@@ -80,7 +80,7 @@ def test_the_status_line_says_the_word_and_the_charts_mark_the_change() -> None:
 
     @sync
     async def body() -> None:
-        app = app_for(ScriptedSource("engine", stream), local_telemetry=False)
+        app = app_for(ScriptedSource("engine", stream, "none"), local_telemetry=False)
         async with app.run_test(size=(160, 40)) as pilot:
             await settled(pilot, len(stream))
             line = app.query_one("#status").line

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from typing import Any
 
@@ -93,7 +94,9 @@ def test_requests_from_a_real_llama_server_in_drive_mode(llama_server: LlamaServ
             await pilot.pause(0.2)
             title = str(screen.query_one("#histogram").border_title)
             assert title.startswith(f"Acceptance length · p0: {rows[0].num_drafts} drafting steps")
-            assert screen.plot._key is not None  # drawn
+            bars = [re.sub(r"\[/?[^\]]*\]", "", line) for line in screen.bar_text.splitlines()]
+            assert len(bars) == len(rows[0].histogram)
+            assert [int(line.rsplit(" ", 1)[1]) for line in bars] == rows[0].histogram
             await pilot.press("escape")
             await pilot.pause()
             assert not isinstance(app.screen, RequestsScreen)
@@ -152,6 +155,10 @@ def test_requests_from_a_scripted_vllm_response_with_its_histogram() -> None:
                 title = str(screen.query_one("#histogram").border_title)
                 assert title == ("Acceptance length · vllm: 43 drafting steps, bar j = steps that accepted j draft "
                                  "tokens (the server's histogram)")
+                bars = [re.sub(r"\[/?[^\]]*\]", "", line) for line in screen.bar_text.splitlines()]
+                assert [line.split(" │ ")[0] for line in bars] == ["0", "1", "2", "3"]
+                assert [int(line.rsplit(" ", 1)[1]) for line in bars] == [39, 1, 0, 3]
+                assert bars[0].count("█") > bars[3].count("█") > 0 and "█" not in bars[2]
 
     asyncio.run(body())
 

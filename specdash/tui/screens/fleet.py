@@ -166,12 +166,12 @@ def fit_columns(widths: dict[str, int], width: int) -> tuple[tuple[str, ...], in
     text to write, given each column's natural width (its widest cell or label).
 
     The server and the status always show. The status takes its natural width up to
-    STATUS_MAX, cut to leave room for gen tok/s, acceptance and health where it must
-    (never below STATUS_MIN);
+    STATUS_MAX, cut to leave room for gen tok/s and acceptance where it must (never
+    below STATUS_MIN);
     then the columns join in KEEP_ORDER while they fit."""
     server = widths["server"] + PADDING
-    top = sum(widths[k] + PADDING for k in ("gen", "acceptance", "health"))
-    status = min(widths["status"], STATUS_MAX, max(STATUS_MIN, width - server - top - PADDING))
+    top_two = sum(widths[k] + PADDING for k in ("gen", "acceptance"))
+    status = min(widths["status"], STATUS_MAX, max(STATUS_MIN, width - server - top_two - PADDING))
     used = server + status + PADDING
     shown = {"server", "status"}
     for key in KEEP_ORDER[2:]:
@@ -196,12 +196,15 @@ class FleetTable(DataTable[Any]):
         if row_index < 0 or column_index < 0:
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         row_key = self._row_locations.get_key(row_index)
-        key = (row_key, self._column_locations.get_key(column_index), base_style, cursor, hover,
-               self._show_hover_cursor, self._update_count, self._pseudo_class_state)
+        column_key = self._column_locations.get_key(column_index)
+        if row_key is None or column_key is None:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        key = (row_key, column_key, base_style, cursor, hover, self._show_hover_cursor, self._update_count,
+               self._pseudo_class_state)
         cached = self._cell_render_cache.get(key)
         if cached is not None:
             return cached
-        row = self.rows.get(row_key) if row_key is not None else None
+        row = self.rows.get(row_key)
         cells = self._get_row_renderables(row_index).cells
         cell = cells[column_index] if column_index < len(cells) else None
         if row is None or row.height != 1 or not isinstance(cell, Text) or "\n" in cell.plain:

@@ -18,7 +18,6 @@ from textual.widgets import DataTable, Static
 
 from specdash.requests import RequestLog, RequestRow
 from specdash.tui.widgets.footer import KeyFooter
-from specdash.tui.widgets.plots import Plot, Series
 
 if TYPE_CHECKING:
     from specdash.tui.reducer import DashState
@@ -56,12 +55,28 @@ def histogram_title(row: RequestRow | None) -> str:
             f"draft tokens ({source})")
 
 
+def bar_lines(hist: list[int], width: int) -> str:
+    """One line per acceptance length j: `j │ ████ count`, bars scaled to the largest. A
+    histogram with more rows than fit keeps its first and its last rows (the box clips)."""
+    if not hist:
+        return ""
+    top = max(hist) or 1
+    digits = len(str(len(hist) - 1))
+    room = max(width - digits - len(str(top)) - 4, 1)
+    lines = []
+    for j, n in enumerate(hist):
+        cells = n * room / top
+        bar = "█" * int(cells) + ("▌" if cells - int(cells) >= 0.5 else "")
+        lines.append(f"{j:>{digits}} │ [$chart-line]{bar}[/] {n}")
+    return "\n".join(lines)
+
+
 class RequestsScreen(Screen[None]):
     DEFAULT_CSS = """
     RequestsScreen #requests { height: 1fr; }
     RequestsScreen #requests-note { height: auto; color: $text-muted; padding: 0 1; }
-    RequestsScreen #histogram { height: 14; border: round $primary 50%; border-title-color: $text; }
-    RequestsScreen.-short #histogram { height: 11; }
+    RequestsScreen #histogram { height: 14; border: round $primary 50%; border-title-color: $text; padding: 0 1; }
+    RequestsScreen.-short #histogram { height: 10; }
     """
 
     BINDINGS = [Binding("escape,l", "close", "close", id="requests.close")]
@@ -79,8 +94,8 @@ class RequestsScreen(Screen[None]):
         self.note = Static(id="requests-note")
         yield self.note
         with Container(id="histogram"):
-            self.plot = Plot(id="histogram-plot", y_format="{:.0f}", x_format="{:.0f}")
-            yield self.plot
+            self.bars = Static(id="histogram-bars")
+            yield self.bars
         yield KeyFooter()
 
     def on_mount(self) -> None:
@@ -126,12 +141,10 @@ class RequestsScreen(Screen[None]):
         row = self.selected
         box = self.query_one("#histogram")
         box.border_title = histogram_title(row)
-        hist = row.histogram if row is not None else []
-        xs = tuple(float(j) for j in range(len(hist)))
-        top = float(max(hist, default=1) or 1)
-        self.plot.show([Series(xs, tuple(float(v) for v in hist), "chart-line", kind="bars")] if hist else [],
-                       x_limits=(-0.7, max(len(hist), 1) - 0.3), y_limits=(0.0, top * 1.1),
-                       y_ticks=[0.0, top], x_ticks=[float(j) for j in range(len(hist))])
+        width = max(self.size.width - 16, 10)
+        text = bar_lines(row.histogram if row is not None else [], width)
+        self.bar_text = text  # what is drawn, as markup (tests read it)
+        self.bars.update(text)
 
     def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
         self.show_histogram()
