@@ -242,8 +242,12 @@ def test_a_recording_keeps_the_verdicts_and_replay_shows_them(tmp_path: Path) ->
     seen: list[E.Event] = []
     source = ReplaySource(path, sleep=lambda wake, s: False)
     source.start(lambda ev: (seen.append(ev), state.feed(ev)))
-    assert source.thread is not None
-    source.thread.join(30)
+    import time
+
+    deadline = time.monotonic() + 30  # (a replay at its end stays open for seeks)
+    while sum(isinstance(ev, E.HealthEvent) for ev in seen) < len(recorded) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    source.close()
     assert [E.to_dict(ev) for ev in seen if isinstance(ev, E.HealthEvent)] == [E.to_dict(ev) for ev in recorded]
     assert any(label == "health: collapse" for _, label in state.stats.markers)
     assert state.health is not None and state.health.verdict == "collapse"
