@@ -194,8 +194,10 @@ class HealthMonitor:
                     # An alarm that comes back under the new settings is the same news: its
                     # notice is not said again (the HealthEvents still show it).
                     self._told = {name for name, rule in self._rules.items() if rule.state == "alarm"}
+                    before_states = {name: rule.state for name, rule in self._rules.items()}
                     self._reset()
-                    return self._judged(ev.t, force=True)
+                    # Said only if a rule knew something it no longer does.
+                    return self._judged(ev.t, force=any(state != "unknown" for state in before_states.values()))
                 self._prev_t = None
             case PromptEvent() | PrefillEvent():
                 self._prev_t = None
@@ -422,6 +424,13 @@ def is_alarm(word: str) -> bool:
     return word in ALARMS
 
 
+def in_order(ev: Event, judged: list[Event]) -> list[Event]:
+    """`ev` and what the monitor made of it, in the order to emit them: after the event
+    judged, but before a Summary (it stays the last line of its request: `run --json`,
+    drive mode and `specdash compare` read it as the end)."""
+    return [*judged, ev] if isinstance(ev, Summary) else [ev, *judged]
+
+
 @dataclass
 class Monitored:
     """An emit function that also emits what a HealthMonitor makes of each event; several
@@ -433,9 +442,7 @@ class Monitored:
 
     def __call__(self, ev: Event) -> None:
         with self._lock:
-            extra = self.monitor.feed(ev)
-            self.emit(ev)
-            for out in extra:
+            for out in in_order(ev, self.monitor.feed(ev)):
                 self.emit(out)
 
 

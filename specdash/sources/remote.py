@@ -35,7 +35,7 @@ from specdash.commands_registry import name_of
 from specdash.limits import K_CAP
 from specdash.errors import describe
 from specdash.events import Event, now
-from specdash.health import HealthMonitor, HealthThresholds, alarms
+from specdash.health import HealthMonitor, HealthThresholds, alarms, in_order
 from specdash.remote.backends import LlamaCppSnapshot, Snapshot
 from specdash.remote.client import Client, RemoteError, parse_url
 from specdash.remote.metrics import NotMetricsError, parse
@@ -378,10 +378,9 @@ class RemoteSource:
         if self._closed.is_set():
             return
         with self._health_lock:
-            extra = self.health.feed(ev)
+            judged = self.health.feed(ev)
             if self._emit is not None:
-                self._emit(ev)
-                for out in extra:
+                for out in in_order(ev, judged):
                     self._emit(out)
 
     def _notice(self, level: str, message: str) -> None:
