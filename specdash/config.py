@@ -8,6 +8,7 @@ Layout (config.example.toml documents every key with its default):
     [sampling]     temperature, top_k, top_p, seed
     [generation]   max_tokens, raw, prompt, prompt_file
     [ui]           theme, refresh, screenshots_dir
+    [health]       the speculation health rules' thresholds (specdash/health.py)
 
 Adaptive K is the default; a `k` written without an `adaptive` key is that K, fixed
 (explicit_k_fixes_it), as `--k N` alone is on the command line.
@@ -21,6 +22,7 @@ directory specdash was started from.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import difflib
 import os
@@ -35,6 +37,7 @@ import tomli_w
 from specdash.engine.settings import LIMIT, LIMITS, EngineSettings, Limit, SamplingParams, SettingError
 from specdash.errors import SpecdashError
 from specdash.events import SettingsEvent
+from specdash.health import PLAIN_KEEP, HealthThresholds
 
 ENV_VAR = "SPECDASH_CONFIG"
 
@@ -58,6 +61,7 @@ class UISettings:
 class Config:
     engine: EngineSettings = field(default_factory=EngineSettings)
     ui: UISettings = field(default_factory=UISettings)
+    health: HealthThresholds = field(default_factory=HealthThresholds)
 
 
 # The dashboard's own keys. The engine's come from engine.settings.LIMITS: one table, so
@@ -74,7 +78,32 @@ UI_LIMITS: tuple[Limit, ...] = (
     Limit("models", "model_dirs", list, [], "folders of GGUF files to scan for drafts"),
 )
 UI_LIMIT: dict[str, Limit] = {k.name: k for k in UI_LIMITS}
-_KEY_LIST: tuple[Limit, ...] = LIMITS + UI_LIMITS
+# [health]: the speculation health rules' thresholds (specdash/health.py HealthThresholds).
+HEALTH_LIMITS: tuple[Limit, ...] = (
+    Limit("health", "reading_seconds", float, 2.0, "seconds of decode time per reading the rules judge",
+          lo=0.1, hi=600),
+    Limit("health", "history", int, 60, "readings in each running median", lo=2, hi=10_000),
+    Limit("health", "min_history", int, 10, "earlier readings a median needs before a rule judges by it",
+          lo=1, hi=10_000),
+    Limit("health", "recent", int, 3, "readings that make 'recent' (compared with the median)", lo=1, hi=1000),
+    Limit("health", "collapse_ratio", float, 0.5,
+          "acceptance collapse: recent acceptance length below this fraction of its running median", lo=0, hi=1),
+    Limit("health", "collapse_floor", float, 0.0,
+          "acceptance collapse: or below this acceptance length (1 + accepted/drafts); 0 = no floor", lo=0, hi=65),
+    Limit("health", "repeat_acceptance", float, 0.98,
+          "possible repetition: acceptance rate at or above this...", lo=0, hi=1),
+    Limit("health", "repeat_seconds", float, 30.0, "...for this many seconds of decoding", lo=0.1, hi=86400),
+    Limit("health", "stall_ratio", float, 0.25,
+          "decode stall: decode rate below this fraction of its running median while requests run", lo=0, hi=1),
+    Limit("health", "not_paying_ratio", float, 0.9,
+          "speculation not paying: tok/s while drafting below this fraction of plain decoding "
+          "(the embedded engine)", lo=0, hi=10),
+    Limit("health", "plain_steps", int, 8, "K=0 steps needed before the plain rate counts", lo=1, hi=PLAIN_KEEP),
+)
+assert [lim.name for lim in HEALTH_LIMITS] == [f.name for f in dataclasses.fields(HealthThresholds)]
+assert all(lim.default == getattr(HealthThresholds(), lim.name) for lim in HEALTH_LIMITS)
+
+_KEY_LIST: tuple[Limit, ...] = LIMITS + UI_LIMITS + HEALTH_LIMITS
 _KEYS: dict[tuple[str, str], Limit] = {(k.section, k.name): k for k in _KEY_LIST}
 SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(k.section for k in _KEY_LIST))
 _UI_NAMES = frozenset(k.name for k in UI_LIMITS)
@@ -163,6 +192,7 @@ def load_config(path: Path | str | None) -> Config:
         return config
     path = Path(path)
     flat = config.engine.flat()
+    health: dict[str, Any] = {}
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -199,8 +229,11 @@ def load_config(path: Path | str | None) -> Config:
                 ) from None
             if name in _UI_NAMES:
                 setattr(config.ui, name, value)
+            elif section == "health":
+                health[name] = value
             else:
                 flat[name] = value
+    config.health = dataclasses.replace(config.health, **health)
     spec = doc.get("speculative", {})
     explicit_k_fixes_it("k" in spec, "adaptive" in spec, flat)
     config.engine = _engine_settings(flat, f"{path}: [speculative]")  # only ORDERED pairs can fail here
@@ -214,7 +247,10 @@ def to_toml(config: Config) -> dict[str, dict[str, Any]]:
     doc: dict[str, dict[str, Any]] = {}
     flat = config.engine.flat()
     for key in _KEY_LIST:
-        value = getattr(config.ui, key.name) if key.name in _UI_NAMES else flat[key.name]
+        if key.section == "health":
+            value = getattr(config.health, key.name)
+        else:
+            value = getattr(config.ui, key.name) if key.name in _UI_NAMES else flat[key.name]
         if value is not None:
             doc.setdefault(key.section, {})[key.name] = value
     return doc

@@ -23,6 +23,8 @@ Events (`event` is the tag in JSON; every dict also carries `schema`):
     telemetry  one sample of per-core load, NUMA memory and the process footprint
     server     one remote server's state for the fleet table
     replay     where a replay stands (position, speed); `rewind` starts the state over
+    health     the speculation health verdict and each rule's state (specdash/health.py),
+               whenever a rule changes state
 
 Time: `t` is seconds on the source's monotonic clock (time.perf_counter() here). Only
 differences mean anything; a recording's header gives the wall-clock start.
@@ -221,6 +223,11 @@ class Summary:
     verify_ms: float
     other_ms: float
     steps: int
+    # Index j: drafting steps of this request that accepted exactly j draft tokens, as the
+    # server reported it (vLLM's per-request metrics.speculative_decoding); [] where no
+    # server sent one (the requests table then builds it from the request's own steps).
+    acceptance_histogram: list[int] = field(default_factory=list)
+    drafter: str = ""  # what drafted for this request, as the settings name it; "" when unknown
     t: float = 0.0
     event: str = "summary"
 
@@ -274,6 +281,8 @@ class ServerEvent:
     last_seen: float | None = None  # wall clock (time.time()) of the last good poll
     error: str = ""
     note: str = ""  # what the reading left out, and why (per-position series beyond the cap)
+    health: str = ""  # the health verdict (specdash/health.py VERDICTS); "" before any
+    alarms: list[str] = field(default_factory=list)  # what each firing health rule read
     t: float = 0.0
     event: str = "server"
 
@@ -294,9 +303,32 @@ class ReplayEvent:
     event: str = "replay"
 
 
+@dataclass(slots=True)
+class HealthRule:
+    """One health rule's state: unknown (not enough history yet), ok, or alarm; `message`
+    says what it read, `value` and `reference` are the two figures it compared."""
+
+    name: str  # specdash.health.RULES
+    state: str  # unknown | ok | alarm
+    message: str = ""
+    value: float | None = None
+    reference: float | None = None
+
+
+@dataclass(slots=True)
+class HealthEvent:
+    """The source's speculation health, emitted when a rule changes state."""
+
+    verdict: str  # unknown | healthy | stalled | collapse | losing | repetitive
+    rules: list[HealthRule] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)  # the rules whose state changed
+    t: float = 0.0
+    event: str = "health"
+
+
 Event = Union[
     SettingsEvent, StatusEvent, PromptEvent, PrefillEvent, StepEvent, CountersEvent,
-    NoticeEvent, Summary, TelemetryEvent, ServerEvent, ReplayEvent,
+    NoticeEvent, Summary, TelemetryEvent, ServerEvent, ReplayEvent, HealthEvent,
 ]
 EVENT_TYPES: dict[str, type] = {
     cls.__dataclass_fields__["event"].default: cls
@@ -616,7 +648,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
 __all__ = [
     "SCHEMA", "ContractError", "Event", "Command", "EVENT_TYPES",
     "SettingsEvent", "StatusEvent", "PromptEvent", "PrefillEvent", "StepEvent", "CountersEvent",
-    "NoticeEvent", "Summary", "TelemetryEvent", "ServerEvent", "ReplayEvent", "NumaNode", "NumaStat", "ProcessStats",
+    "NoticeEvent", "Summary", "TelemetryEvent", "ServerEvent", "ReplayEvent", "HealthEvent", "HealthRule", "NumaNode", "NumaStat", "ProcessStats",
     "SetK", "SetDrafter", "SetSampling", "SetAdaptive", "SetExperts", "SetCut", "Pause", "Resume", "Stop",
     "Forget", "NewPrompt", "Seek", "SetSpeed", "SPEEDS", "to_dict", "from_dict", "now",
 ]

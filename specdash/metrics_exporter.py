@@ -15,6 +15,11 @@ for vLLM works after a prefix swap, and `specdash attach` reads it like any serv
     specdash:num_requests_running, specdash:num_requests_waiting
     specdash:num_speculative_tokens                            K in force
     specdash:model_info{target,drafter}                        1
+    specdash:health_acceptance_collapse, ..._acceptance_repetition, ..._decode_stall,
+    specdash:health_speculation_not_paying                     1 while that health rule
+                                                               is in alarm, else 0
+                                                               (specdash/health.py)
+    specdash:health_verdict{verdict}                           1 for the verdict in force
     process_*                                                  (start time, CPU, memory)
 
 Its own CollectorRegistry (never the global one) and prometheus_client's own HTTP
@@ -30,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollecto
 
 from specdash import events as E
 from specdash.errors import SpecdashError
+from specdash.health import RULES, TITLES, VERDICTS
 
 PREFIX = "specdash:"
 LABELS = ["model_name", "engine"]
@@ -59,6 +65,11 @@ class MetricsExporter:
         self._waiting = Gauge(PREFIX + "num_requests_waiting", "Number of requests waiting to be processed.", LABELS, registry=r)
         self._k = Gauge(PREFIX + "num_speculative_tokens", "K in force (tokens drafted per step).", LABELS, registry=r)
         self._info = Gauge(PREFIX + "model_info", "The target and the draft source; value 1.", ["target", "drafter"], registry=r)
+        # A gauge per health rule (1 = in alarm), so an alert names the rule; and the verdict.
+        self._health = {name: Gauge(PREFIX + "health_" + name, f"1 while the health rule '{TITLES[name]}' is in "
+                                    "alarm, else 0.", LABELS, registry=r) for name in RULES}
+        self._verdict = Gauge(PREFIX + "health_verdict", "1 for the speculation health verdict in force.",
+                              LABELS + ["verdict"], registry=r)
         ProcessCollector(registry=r)
         self._lock = threading.Lock()
         self._model = "specdash"
@@ -86,8 +97,10 @@ class MetricsExporter:
         self._labels_seen.add(model)
         for c in (self._drafts, self._draft_tokens, self._accepted, self._generation, self._prompt, self._steps):
             c.labels(model, ENGINE)
-        for g in (self._running, self._waiting):
+        for g in (self._running, self._waiting, *self._health.values()):
             g.labels(model, ENGINE).set(0)
+        for word in VERDICTS:
+            self._verdict.labels(model, ENGINE, word).set(1 if word == "unknown" else 0)
 
     def feed(self, event: Any) -> None:
         """Fold one contract event into the counters. Unknown events are ignored."""
@@ -119,6 +132,12 @@ class MetricsExporter:
                     self._running.labels(*lv).set(0)
             elif isinstance(event, E.SettingsEvent):
                 self._settings(event)
+            elif isinstance(event, E.HealthEvent):
+                for rule in event.rules:
+                    if rule.name in self._health:
+                        self._health[rule.name].labels(*lv).set(1 if rule.state == "alarm" else 0)
+                for word in VERDICTS:
+                    self._verdict.labels(*lv, word).set(1 if word == event.verdict else 0)
 
     def _settings(self, s: E.SettingsEvent) -> None:
         model = s.target or "specdash"
@@ -131,9 +150,14 @@ class MetricsExporter:
                 # The placeholder series from before the first settings: nothing was counted
                 # under it, so it goes (totals are unchanged).
                 for metric in (self._drafts, self._draft_tokens, self._accepted, self._generation,
-                               self._prompt, self._steps, self._running, self._waiting):
+                               self._prompt, self._steps, self._running, self._waiting, *self._health.values()):
                     try:
                         metric.remove(old, ENGINE)
+                    except KeyError:
+                        pass
+                for word in VERDICTS:
+                    try:
+                        self._verdict.remove(old, ENGINE, word)
                     except KeyError:
                         pass
                 self._labels_seen.discard(old)

@@ -89,13 +89,16 @@ def _all_set() -> Config:
 
 
 def test_every_setting_field_is_reachable_from_toml():
-    """If a field is added to EngineSettings/SamplingParams/UISettings, it needs a key."""
+    """If a field is added to EngineSettings/SamplingParams/UISettings/HealthThresholds, it needs a key."""
+    from specdash.health import HealthThresholds
+
     doc = to_toml(_all_set())
     names = {k for table in doc.values() for k in table} | {"prompt_file"}
     fields = (
         {f.name for f in dataclasses.fields(EngineSettings)} - {"sampling"}
         | {f.name for f in dataclasses.fields(SamplingParams)}
         | {f.name for f in dataclasses.fields(UISettings)}
+        | {f.name for f in dataclasses.fields(HealthThresholds)}
     )
     assert fields == names
     assert set(doc) == set(SECTIONS)

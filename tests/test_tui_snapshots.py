@@ -178,3 +178,37 @@ def test_labels_of_three_swaps_within_a_second(snap_compare, size):
         await pilot.pause(0.3)
 
     assert snap_compare(app, terminal_size=size, run_before=settled)
+
+
+def test_requests_screen(snap_compare):
+    """`l` on the recorded engine run: a row per finished prompt, the last one selected and
+    its acceptance-length histogram (built from its steps) under the table."""
+    async def replayed_then_requests(pilot) -> None:
+        await replayed(pilot)
+        await pilot.press("l")
+        await pilot.pause(0.8)
+
+    assert snap_compare(replay_app(), terminal_size=(100, 30), run_before=replayed_then_requests)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (140, 40)], ids=["80x24", "140x40"])
+def test_a_health_alarm_in_the_status_line_and_on_the_charts(snap_compare, size):
+    """A scripted run whose acceptance collapses, judged by the embedded source's own health
+    rules: `⚠ collapse` in the status line, a `health: collapse` marker on the charts."""
+    import health_scripts as S
+
+    events = S.engine_collapse()
+    steps = sum(1 for ev in events if type(ev).__name__ == "StepEvent")
+    app = replay_app(session_factory=lambda s, p: ReplaySession(s, p, events=events))
+
+    async def settled(pilot) -> None:
+        for _ in range(600):
+            if app.stats.total.steps == steps and app.panels_current:
+                break
+            await pilot.pause(0.02)
+        assert app.state.health is not None and app.state.health.verdict == "collapse"
+        await pilot.pause(0.3)
+        app._update_panels()
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=size, run_before=settled)

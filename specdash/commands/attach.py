@@ -2,8 +2,15 @@
 specdash's --metrics-port).
 
     --once [--json]    one snapshot per server (two polls `--interval` apart, so rates
-                       exist), then exit: 0 when a server answered, 2 when none did
-    --watch [--json]   one line per server per interval until Ctrl-C (or --count lines)
+                       exist), then exit: 0 when a server answered and none is in a health
+                       alarm, 1 when one that answered is, 2 when none answered
+    --watch [--json]   one line per server per interval until Ctrl-C (or --count lines;
+                       then 1 when a server's last line is a health alarm, else 0)
+
+Each row carries the server's health verdict (`health`, and `alarms`: what each firing
+rule read; specdash/health.py). --once sees one interval: rules that need a running
+history say `unknown` there, and only a floor set in the config ([health]
+collapse_floor) can fire; --watch --count N judges N intervals.
     --prompt TEXT      drive mode: send TEXT to the server's completion endpoint; with
                        --json the event stream is printed as JSON lines (one URL), with
                        --headless the text and a summary per prompt; --prompt and
@@ -59,7 +66,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Attach to running servers through /metrics (and, for llama-server, /slots and "
             "/props). One URL opens the dashboard's panels on it; several open the fleet table. "
             "llama-server must run with --metrics. --once/--watch print snapshots instead; "
-            "--json makes them JSON (vLLM-style field names). Exit 2 when no server answered."
+            "--json makes them JSON (vLLM-style field names), each with the server's health verdict. "
+            "Exit 2 when no server answered; --once (and --watch --count) exit 1 when a server that "
+            "answered is in a health alarm."
         ),
     )
     p.add_argument("urls", nargs="+", metavar="URL", help="server base URL, e.g. http://127.0.0.1:8080")
@@ -87,6 +96,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mode.add_argument("--watch", action="store_true", help="print a snapshot per server every interval")
     p.add_argument("--count", type=_positive_int, metavar="N",
                    help="with --watch: stop after N intervals")
+    p.add_argument("--config", metavar="PATH", help="TOML settings file: its [health] thresholds judge "
+                   "every server (default: $SPECDASH_CONFIG, then ~/.config/specdash/config.toml)")
     p.add_argument("--record", metavar="FILE", help="record what the dashboard shows, or in headless drive mode "
                    "(--headless, --json) what the server streamed, for `specdash replay` and `specdash compare`")
     p.add_argument("--screenshots", metavar="DIR", help="folder for `s` screenshots (default ~/specdash-screenshots)")
@@ -130,11 +141,15 @@ def build_sources(args: argparse.Namespace, *, with_prompt: bool = False,
     from specdash.remote.client import parse_url
     from specdash.sources.remote import RemoteSource
 
+    from specdash.config import find_config_path, load_config
+
     headers = parse_headers(args.header)
     if not with_prompt:
         prompts = []
     elif prompts is None:
         prompts = prompts_of(args)
+    path = find_config_path(getattr(args, "config", None))
+    health = load_config(path).health if path else None
     seen: set[str] = set()
     sources = []
     for raw in args.urls:
@@ -145,7 +160,8 @@ def build_sources(args: argparse.Namespace, *, with_prompt: bool = False,
         sources.append(RemoteSource(
             raw, headers=headers, interval=args.interval, window=args.window,
             prompt=prompts[0][1] if prompts else None, prompt_title=prompts[0][0] if prompts else "",
-            max_tokens=args.max_tokens, read_timeout=args.timeout))
+            max_tokens=args.max_tokens, read_timeout=args.timeout,
+            health=health))
     return sources
 
 
@@ -215,7 +231,8 @@ def text_row(row: Any) -> str:
     return (f"{row.url}  {row.backend} {row.model or '?'}  busy/queued {run_}/{wait}  "
             f"gen {f(row.generation_tokens_per_s, '.1f')} tok/s  prompt {f(row.prompt_tokens_per_s, '.1f')} tok/s  "
             f"acceptance {f(row.acceptance_rate, '.1%')}  mean len {f(row.mean_accepted_length, '.2f')}  "
-            f"tok/step {f(row.tokens_per_step, '.2f')}  errors {row.errors}  resets {row.resets}"
+            f"tok/step {f(row.tokens_per_step, '.2f')}  errors {row.errors}  resets {row.resets}  "
+            f"health {row.health or '-'}" + "".join(f"  alarm: {a}" for a in row.alarms)
             + (f"  note: {row.note}" if row.note else ""))
 
 
@@ -230,6 +247,16 @@ def _print_row(row: Any, as_json: bool) -> None:
     print(json.dumps(to_dict(row), ensure_ascii=False) if as_json else text_row(row), flush=True)
 
 
+def alarm_code(rows: list[Any]) -> int:
+    """1 when a server that answered is in a health alarm (said on stderr), else 0."""
+    from specdash.health import is_alarm
+
+    alarming = [row for row in rows if row.state in ("up", "bad") and is_alarm(row.health)]
+    for row in alarming:
+        print(f"specdash: health {row.health}: {row.url}: {'; '.join(row.alarms)}", file=sys.stderr)
+    return 1 if alarming else 0
+
+
 def once(sources: list[Any], args: argparse.Namespace) -> int:
     rows = snapshot_rows(sources, args.interval)
     for row in rows:
@@ -237,7 +264,9 @@ def once(sources: list[Any], args: argparse.Namespace) -> int:
     for row in rows:
         if row.state != "up":
             print(f"specdash: error: {row_error(row)}", file=sys.stderr)
-    return 0 if any(row.state == "up" for row in rows) else 2
+    if not any(row.state == "up" for row in rows):
+        return 2
+    return alarm_code(rows)
 
 
 def watch(sources: list[Any], args: argparse.Namespace) -> int:
@@ -256,7 +285,7 @@ def watch(sources: list[Any], args: argparse.Namespace) -> int:
                 print(f"specdash: {row.error}", file=sys.stderr, flush=True)
             reported[row.url] = row.error if row.state != "up" else ""
         printed += 1
-    return 0
+    return alarm_code([source.server for source in sources])
 
 
 def drive(source: Any, prompts: list[tuple[str, str]], args: argparse.Namespace) -> int:

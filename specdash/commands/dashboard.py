@@ -126,6 +126,7 @@ def launch(args: argparse.Namespace, config: Config, prompt: str | None,
         config_path=find_config_path(getattr(args, "config", None)),
         window=getattr(args, "window", None) or 60.0,
         model_dirs=tuple(config.ui.model_dirs),
+        health=config.health,
     )
     if sweep is not None:
         options.sweep_ks, options.sweep_rounds, options.sweep_tokens = sweep

@@ -13,6 +13,7 @@ from specdash import events as E
 from specdash.commands_registry import SCHEDULE_SYNTAX
 from specdash.commands.common import add_engine_arguments, add_prompt_arguments, load_settings, read_prompt, stderr_progress
 from specdash.events import StepEvent, Summary, to_dict
+from specdash.health import HealthMonitor, in_order
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -89,10 +90,12 @@ def run(args: argparse.Namespace) -> int:
     # readers of `run --json` take as its first line.
     title = Path(args.prompt_file).name if getattr(args, "prompt_file", None) not in (None, "-") else "prompt"
     told = False
+    health = HealthMonitor(config.health)  # its verdicts go to every sink, after the event judged
     try:
         for ev in session.run(prompt):
-            for sink in sinks:
-                sink(ev)
+            for out in in_order(ev, health.feed(ev)):
+                for sink in sinks:
+                    sink(out)
             if not told and isinstance(ev, E.SettingsEvent):
                 told = True
                 for sink in sinks:

@@ -26,6 +26,7 @@ from specdash.engine import supports as engine_supports
 from specdash.engine.settings import EngineSettings
 from specdash.errors import SpecdashError
 from specdash.events import Event
+from specdash.health import HealthThresholds, monitored
 from specdash.sources.base import Preset, Telemetry
 
 Progress = Callable[[str, float | None], None]
@@ -147,7 +148,7 @@ class EmbeddedSource:
 
     def __init__(self, make_session: SessionFactory, settings: EngineSettings, prompts: PromptQueue,
                  *, on_session: Callable[[SessionLike], None] | None = None,
-                 clock: Callable[[], float] = E.now):
+                 clock: Callable[[], float] = E.now, health: HealthThresholds | None = None):
         self._make_session = make_session
         self._settings = settings
         self.label = settings.target
@@ -166,6 +167,7 @@ class EmbeddedSource:
         self.error: BaseException | None = None  # what ended the thread, when it failed
         self._last_progress = float("-inf")
         self._clock = clock  # throttles progress reports; tests pass a fake one
+        self._health = health  # the health rules' thresholds ([health] in the config)
 
     # --- Source ------------------------------------------------------------------------
     def start(self, emit: Callable[[Event], None]) -> None:
@@ -175,7 +177,8 @@ class EmbeddedSource:
                 ev = dataclasses.replace(ev, supports=sorted({*ev.supports, *SUPPORTS}))
             emit(ev)
 
-        self._emit = relay
+        # Every event is also judged by the health rules (specdash/health.py), in this thread.
+        self._emit = monitored(relay, self._health)
         self.thread = threading.Thread(target=self._body, name="specdash-engine", daemon=True)
         self.thread.start()
 

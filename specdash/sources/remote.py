@@ -32,8 +32,10 @@ from typing import Any
 
 from specdash import events as E
 from specdash.commands_registry import name_of
+from specdash.limits import K_CAP
 from specdash.errors import describe
 from specdash.events import Event, now
+from specdash.health import HealthMonitor, HealthThresholds, alarms, in_order
 from specdash.remote.backends import LlamaCppSnapshot, Snapshot
 from specdash.remote.client import Client, RemoteError, parse_url
 from specdash.remote.metrics import NotMetricsError, parse
@@ -186,6 +188,69 @@ class _Drive:
             n_generated=self.generated, t=t)
 
 
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """A request's own speculative numbers, as vLLM returns them with
+    --per-request-spec-decode-metrics (vLLM PR #48915): a top-level
+    `metrics.speculative_decoding` object in the response, and in a stream in the final
+    usage chunk (`choices: []`, with stream_options.include_usage), e.g.
+
+        {"mean_acceptance_length": 1.23, "draft_acceptance_rate": 0.078,
+         "acceptance_histogram": [39, 1, 0, 3], "num_spec_steps": 43,
+         "num_accepted_draft_tokens": 10, "num_draft_tokens": 129, "num_spec_tokens": 3}
+
+    `acceptance_histogram[j]`: verify steps that accepted exactly j draft tokens."""
+
+    num_spec_steps: int
+    num_draft_tokens: int
+    num_accepted_draft_tokens: int
+    acceptance_histogram: list[int]
+    num_spec_tokens: int | None
+
+    def per_pos(self) -> list[int]:
+        """Per position i: the steps whose draft position i was accepted (those that
+        accepted more than i tokens)."""
+        h = self.acceptance_histogram
+        return [sum(h[i + 1:]) for i in range(max(len(h) - 1, 0))]
+
+    def summary(self, **kw: Any) -> E.Summary:
+        drafts, drafted, accepted = self.num_spec_steps, self.num_draft_tokens, self.num_accepted_draft_tokens
+        return E.Summary(
+            num_drafts=drafts, num_draft_tokens=drafted, num_accepted_tokens=accepted,
+            num_accepted_tokens_per_pos=self.per_pos(), acceptance_rate=acceptance_rate(accepted, drafted),
+            mean_accepted_length=mean_accepted_length(accepted, drafts) or 1.0, prefill_tokens_per_s=0.0,
+            draft_ms=0.0, verify_ms=kw["decode_s"] * 1000.0, other_ms=0.0,
+            acceptance_histogram=list(self.acceptance_histogram), **kw)
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2**53 else None
+
+
+def request_spec(response: Any) -> RequestSpec | None:
+    """`metrics.speculative_decoding` of a vLLM response or chunk, or None when it has none
+    or it is not what vLLM documents (then the /metrics deltas stand in). The histogram is
+    a dense list; a sparse {"j": count} object is read as well."""
+    metrics = response.get("metrics") if isinstance(response, dict) else None
+    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+    if not isinstance(spec, dict):
+        return None
+    hist = spec.get("acceptance_histogram")
+    if isinstance(hist, dict):
+        try:
+            pairs = {int(j): v for j, v in hist.items()}
+        except ValueError:
+            return None
+        hist = [pairs.get(j, 0) for j in range(max(pairs, default=-1) + 1)] if all(j >= 0 for j in pairs) else None
+    if not isinstance(hist, list) or len(hist) > K_CAP + 1 or any(_count(v) is None for v in hist):
+        return None
+    steps, drafted, accepted = (_count(spec.get(k)) for k in ("num_spec_steps", "num_draft_tokens",
+                                                               "num_accepted_draft_tokens"))
+    if steps is None or drafted is None or accepted is None or accepted > drafted:
+        return None
+    return RequestSpec(steps, drafted, accepted, list(hist), _count(spec.get("num_spec_tokens")))
+
+
 class RemoteSource:
     """One server as a Source (specdash.sources.base). Construct, then `start(emit)`."""
 
@@ -200,7 +265,7 @@ class RemoteSource:
                  interval: float = DEFAULT_INTERVAL, window: float = DEFAULT_WINDOW,
                  prompt: str | None = None, prompt_title: str = "", max_tokens: int = DEFAULT_MAX_TOKENS,
                  connect_timeout: float = 2.0, read_timeout: float = 5.0,
-                 client: Client | None = None):
+                 client: Client | None = None, health: HealthThresholds | None = None):
         self.client = client or Client(parse_url(url), headers, connect_timeout=connect_timeout,
                                        read_timeout=read_timeout)
         self.label = self.client.display
@@ -208,6 +273,8 @@ class RemoteSource:
         self.interval = interval
         self.max_tokens = max_tokens
         self._window = window  # for again()
+        self.health = HealthMonitor(health, label=self.url)  # fed everything this source says
+        self._health_lock = threading.Lock()  # the poller and the drive thread both emit
         self.watch = ServerWatch(self.client, window=window)
         self.poller = Poller(self.watch, self._on_poll, interval=interval)
         self._emit: Callable[[Event], None] | None = None
@@ -278,7 +345,7 @@ class RemoteSource:
         `prompt`: the one typed with `n`, if any."""
         return RemoteSource(self.url, client=self.client.again(), interval=self.interval, window=self._window,
                             prompt=prompt.text if prompt else None, prompt_title=prompt.title if prompt else "",
-                            max_tokens=self.max_tokens)
+                            max_tokens=self.max_tokens, health=self.health.th)
 
     @property
     def server(self) -> E.ServerEvent:
@@ -306,8 +373,15 @@ class RemoteSource:
     # --- polling ---
 
     def _put(self, ev: Event) -> None:
-        if self._emit is not None and not self._closed.is_set():
-            self._emit(ev)
+        """Emit `ev` and what the health rules make of it. The rules are fed even with no
+        consumer (`attach --once` polls on its own thread and reads the rows)."""
+        if self._closed.is_set():
+            return
+        with self._health_lock:
+            judged = self.health.feed(ev)
+            if self._emit is not None:
+                for out in in_order(ev, judged):
+                    self._emit(out)
 
     def _notice(self, level: str, message: str) -> None:
         self._put(E.NoticeEvent(level, self.client.redact(message), t=now()))
@@ -368,6 +442,9 @@ class RemoteSource:
                 self._status = state
                 self._put(E.StatusEvent("loading" if state == "starting" else "down", w.error, t=r.t))
         self._server = w.server_event(r.t)
+        with self._health_lock:
+            judged = self.health.current
+        self._server.health, self._server.alarms = judged.verdict, alarms(judged)
         self._put(self._server)
 
     def _settings_differ(self, snap: Snapshot) -> bool:
@@ -549,8 +626,11 @@ class RemoteSource:
             summary = self._drive_openai(cmd.text_)
         if summary is None:
             return
+        summary.drafter = summary.drafter or (self._settings.drafter if self._settings else "")
         after = self._metrics_counts()
-        if before and after:
+        if before and after and not summary.acceptance_histogram:
+            # (A request that reported its own speculative numbers keeps them: the counters
+            # move with every other request the server runs meanwhile.)
             d_tokens = after["draft_tokens"] - before["draft_tokens"]
             d_acc = after["accepted"] - before["accepted"]
             exact = backend != "llamacpp" or (d_tokens == summary.num_draft_tokens and d_acc == summary.num_accepted_tokens)
@@ -644,6 +724,7 @@ class RemoteSource:
         last = t0
         text: list[str] = []
         usage: dict[str, Any] = {}
+        spec: RequestSpec | None = None
         finish = ""
         step = 0
         for chunk in self.client.stream_events("/v1/completions", body):
@@ -655,6 +736,7 @@ class RemoteSource:
                 raise RemoteError("http", f"{self.url}/v1/completions: {msg}")
             if isinstance(chunk.get("usage"), dict):
                 usage = chunk["usage"]
+            spec = request_spec(chunk) or spec
             for choice in chunk.get("choices") or []:
                 piece = choice.get("text") if isinstance(choice, dict) else None
                 if isinstance(choice, dict) and choice.get("finish_reason"):
@@ -676,6 +758,12 @@ class RemoteSource:
             return None
         n_gen = int(usage.get("completion_tokens") or step)
         decode_s = max(0.0, last - (first or last))
+        if spec is not None:
+            return spec.summary(
+                text="".join(text), stop_reason="max_tokens" if finish == "length" else "eos" if finish else "stopped",
+                n_prompt=int(usage.get("prompt_tokens") or 0), n_generated=n_gen,
+                tokens_per_s=(n_gen - 1) / decode_s if decode_s > 0 and n_gen > 1 else 0.0,
+                prefill_ms=((first or t0) - t0) * 1000.0, decode_s=decode_s, steps=step)
         return E.Summary(
             text="".join(text), stop_reason="max_tokens" if finish == "length" else "eos" if finish else "stopped",
             n_prompt=int(usage.get("prompt_tokens") or 0), n_generated=n_gen, num_drafts=0,

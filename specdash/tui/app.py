@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from specdash.tui.app_base import DashboardBase, DashboardOptions, SourceUpdate
 from specdash.tui.app_controls import SourceControls
+from specdash.tui.app_requests import RequestsView
 from specdash.tui.app_tuning import TuningActions, counters_dict
 
 
-class SpecdashApp(SourceControls, TuningActions, DashboardBase):
+class SpecdashApp(SourceControls, TuningActions, RequestsView, DashboardBase):
     """The live dashboard on any source: the embedded engine, a recording, a server."""
 
 

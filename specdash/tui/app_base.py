@@ -35,6 +35,7 @@ from specdash import events as E
 from specdash.engine.settings import LIMIT, EngineSettings
 from specdash.errors import SpecdashError
 from specdash.events import Event, NoticeEvent, StatusEvent, StepEvent
+from specdash.health import HealthThresholds
 from specdash.commands_registry import COMMANDS
 from specdash.sources.base import Outbox, Source
 from specdash.sources.embedded import EmbeddedSource, PromptQueue, SessionFactory, WorkItem
@@ -121,6 +122,7 @@ class DashboardOptions:
     sweep_at_start: bool = False  # `specdash sweep`: open the sweep view on the first prompt
     # `specdash sweep --whatif`: ({K: (tok/s, acceptance)}, source) simulated for `prompt`
     sweep_predicted: tuple[dict[int, tuple[float, float | None]], str] | None = None
+    health: HealthThresholds | None = None  # the health rules' thresholds (None: the defaults)
 
 
 class DashboardBase(App[int]):
@@ -167,7 +169,7 @@ class DashboardBase(App[int]):
             factory, launched = session_factory, options.settings
 
             def embedded(settings: EngineSettings | None, prompts: PromptQueue) -> Source:
-                return EmbeddedSource(factory, settings or launched, prompts)
+                return EmbeddedSource(factory, settings or launched, prompts, health=options.health)
 
             source_factory = embedded
         self._source_factory = source_factory
@@ -517,6 +519,9 @@ class DashboardBase(App[int]):
             notes.append(("weights", f"repack {st.repack_verdict} (`specdash doctor` says more)"))
         if st is not None and st.rollback:
             notes.append(("rollback", st.rollback))
+        if self.state.health is not None:  # what each health rule read (specdash/health.py)
+            for rule in self.state.health.rules:
+                notes.append((f"health: {rule.name}", f"{rule.state}" + (f": {rule.message}" if rule.message else "")))
         self.push_screen(HelpScreen(rows, notes))
 
     async def action_quit(self) -> None:

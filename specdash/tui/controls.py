@@ -37,6 +37,8 @@ APP_CONTROLS: tuple[Control, ...] = (
     Control("screenshot", "s", "save an SVG screenshot and a JSON file of settings and stats", needs_source=False),
     Control("write_config", "w", "write the live settings to a TOML config (load it with --config)",
             needs_source=False),
+    Control("requests", "l", "the requests table: one row per finished request, with its acceptance-length "
+            "histogram", needs_source=False),
     Control("restart", "r", "restart the engine after an error", needs_source=False),
     Control("help", "?", "this help", needs_source=False),
     Control("quit", "q", "quit", needs_source=False),

@@ -2,14 +2,17 @@
 
 The fleet is one Source made of one RemoteSource per server (each polling on its own
 timer). Every server's rows reach the fleet table; only the server in focus feeds the
-dashboard's reducer. Enter on a row focuses that server: the reducer starts over from
-what that server has said so far (kept per server), so its panels show its recent
-history at once, and the table gives way to them. Esc goes back to the table.
+dashboard's reducer. Each server's events are also folded, as they come, into that
+server's own DashState (the reducer is pure, and bounded: its charts keep a window, its
+lists a fixed length), so memory stays flat however long a fleet is watched. Enter on a
+row focuses that server: the dashboard takes a copy of its state, so its panels show its
+recent history at once, and the table gives way to them. Esc goes back to the table.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import copy
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 
@@ -26,20 +29,21 @@ from specdash.tui.controls import control
 from specdash.tui.reducer import DashState
 from specdash.tui.screens.fleet import FleetScreen
 
-HISTORY = 4000  # events kept per server for its panels (an hour of 1 s polls, and more)
-
-
 class FleetSource:
     """Several RemoteSources as one: rows from all, everything else from the focused one."""
 
     kind = "remote"
     telemetry: Telemetry = "none"
 
-    def __init__(self, sources: Sequence[RemoteSource]):
+    def __init__(self, sources: Sequence[RemoteSource], *, window: float = 60.0):
         self.sources = {s.url: s for s in sources}
         self.label = f"{len(self.sources)} servers"
         self.focus: str | None = None
-        self._history: dict[str, deque[Event]] = {url: deque(maxlen=HISTORY) for url in self.sources}
+        self.window = window
+        # Each server's events folded as they come (on its poller's thread, under its lock).
+        self._states = {url: DashState(window=window, source=self.kind, telemetry_from=self.telemetry)
+                        for url in self.sources}
+        self._locks = {url: threading.Lock() for url in self.sources}
         self._emit: Callable[[Event], None] = lambda ev: None
 
     def start(self, emit: Callable[[Event], None]) -> None:
@@ -48,9 +52,18 @@ class FleetSource:
             source.start(partial(self._route, url))
 
     def _route(self, url: str, ev: Event) -> None:
-        self._history[url].append(ev)
-        if isinstance(ev, E.ServerEvent) or url == self.focus:
-            self._emit(ev)
+        # Under the lock: `focus_on` switches and copies between two events, never during one.
+        with self._locks[url]:
+            self._states[url].feed(ev)
+            if isinstance(ev, E.ServerEvent) or url == self.focus:
+                self._emit(ev)
+
+    def focus_on(self, url: str) -> DashState:
+        """Make `url` the server in focus; a copy of everything it said so far, folded. Its
+        later events reach the consumer from here on, none twice and none lost."""
+        with self._locks[url]:
+            self.focus = url
+            return copy.deepcopy(self._states[url])
 
     @property
     def supports(self) -> frozenset[str]:
@@ -64,9 +77,6 @@ class FleetSource:
     def presets(self) -> list[Preset]:
         return self.sources[self.focus].presets() if self.focus is not None else []
 
-    def history(self, url: str) -> list[Event]:
-        return list(self._history[url])
-
     def send(self, cmd: E.Command) -> None:
         if self.focus is not None:
             self.sources[self.focus].send(cmd)
@@ -77,11 +87,11 @@ class FleetSource:
 
     def again(self, prompt: WorkItem | None = None) -> FleetSource:
         """The same servers in new sources, not started (closed ones cannot start again),
-        the same one in focus, with the history so far; `prompt` goes to the one in focus."""
+        the same one in focus, with what they said so far; `prompt` goes to the one in focus."""
         fleet = FleetSource([
             s.again(prompt if url == self.focus else None)
-            for url, s in self.sources.items()])
-        fleet.focus, fleet._history = self.focus, self._history
+            for url, s in self.sources.items()], window=self.window)
+        fleet.focus, fleet._states = self.focus, self._states
         return fleet
 
 
@@ -91,9 +101,10 @@ class FleetDashboard(SpecdashApp):
     def __init__(self, sources: Sequence[RemoteSource], **kwargs: object):
         from specdash.tui.app import DashboardOptions
 
-        self.fleet_source = FleetSource(sources)
+        options = DashboardOptions(**kwargs)  # type: ignore[arg-type]
+        self.fleet_source = FleetSource(sources, window=options.window)
         self.fleet = FleetScreen()
-        super().__init__(DashboardOptions(**kwargs),  # type: ignore[arg-type]
+        super().__init__(options,
                          source_factory=first_then_new(self.fleet_source, self._new_fleet), local_telemetry=False)
 
     def _new_fleet(self, prompts: PromptQueue) -> FleetSource:
@@ -135,12 +146,11 @@ class FleetDashboard(SpecdashApp):
         super()._ingest(mine)
 
     def on_fleet_screen_open(self, message: FleetScreen.Open) -> None:
-        """Enter on a row: that server's panels, from its recent history."""
-        self.fleet_source.focus = message.url
-        self.state = DashState(window=self.options.window, source=self.fleet_source.kind,
-                               telemetry_from=self.fleet_source.telemetry)
+        """Enter on a row: that server's panels, from what it said so far."""
+        self.state = self.fleet_source.focus_on(message.url)
         self._gen.show_text(self.state)
-        super()._ingest(self.fleet_source.history(message.url))
+        self._update_panels()
+        self._refresh_bindings_if_changed()
         self.pop_screen()
         self.sub_title = message.url
 

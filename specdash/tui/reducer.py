@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from specdash.events import (
     CountersEvent,
     Event,
+    HealthEvent,
     NoticeEvent,
     PrefillEvent,
     PromptEvent,
@@ -30,6 +31,8 @@ from specdash.events import (
     Summary,
     TelemetryEvent,
 )
+from specdash.health import is_alarm
+from specdash.requests import RequestLog
 from specdash.tui.live_stats import LiveStats
 
 # Source lifecycle states the status line knows.
@@ -60,6 +63,9 @@ class DashState:
     server: ServerEvent | None = None
     notices: deque[NoticeEvent] = field(default_factory=lambda: deque(maxlen=50))
     replay: ReplayEvent | None = None  # where a replay stands
+    health: HealthEvent | None = None  # the source's speculation health (specdash/health.py)
+    requests: RequestLog = field(default_factory=RequestLog)  # one row per finished request
+    _judged: str = "unknown"  # the last verdict that was not "unknown" (chart markers)
     prompt_serial: int = 0  # grows with every new prompt and every rewind: the text restarts
     events: int = 0  # events folded so far
     t: float | None = None  # the `t` of the latest event: where a replay stands
@@ -94,12 +100,15 @@ class DashState:
     def feed(self, ev: Event) -> None:
         self.events += 1
         self.t = ev.t if ev.t else self.t
+        self.requests.feed(ev)
         match ev:
             case StepEvent():
                 self.stats.feed(ev)
                 kind = ev.drafter if ev.drafter == "xvocab" else True
                 self.pieces.extend((p, kind if d else False) for p, d in zip(ev.pieces, ev.from_draft, strict=True))
-            case CountersEvent() | PrefillEvent() | Summary():
+            case CountersEvent() | PrefillEvent():
+                self.stats.feed(ev)
+            case Summary():
                 self.stats.feed(ev)
             case SettingsEvent():
                 self.stats.feed(ev)
@@ -125,6 +134,15 @@ class DashState:
                 self.notices.append(ev)
             case TelemetryEvent():
                 self.telemetry = ev
+            case HealthEvent():
+                self.health = ev
+                if ev.verdict != "unknown":
+                    # Where the verdict turned, on the time charts beside the hot-swaps: into
+                    # an alarm, or out of one. "unknown" in between (a settings change starts
+                    # the rules over) is no turn.
+                    before, self._judged = self._judged, ev.verdict
+                    if ev.verdict != before and (is_alarm(before) or is_alarm(ev.verdict)):
+                        self.stats.markers.append((self.stats.decode_time, f"health: {ev.verdict}"))
             case ServerEvent():
                 self.server = ev
             case ReplayEvent(rewind=True):

@@ -1,7 +1,8 @@
 """The status line: source state, models, K, tok/s, acceptance, fitted to the width.
 
-What an operator watches (K, tok/s, acceptance) never gives way. As the terminal
-narrows, the rest does, in this order: weight repacking where it is not on (the help
+What an operator watches (K, tok/s, acceptance) never gives way, nor does a health alarm
+(`⚠ collapse`: specdash/health.py) until the last, most compact form. "healthy" is the
+first part to give way as the terminal narrows; then the rest, in this order: weight repacking where it is not on (the help
 screen says why), a recurrent target's rollback strategy, the
 content class, the experts and the temperature, the model names (shortened, then dropped), the state's word (its icon
 stays), then the numbers' wording ("K 3 fixed" -> "K 3", "123.4 tok/s" -> "123 tok/s").
@@ -18,6 +19,7 @@ from rich.markup import escape
 from textual import events
 from textual.widgets import Static
 
+from specdash.health import is_alarm
 from specdash.tui.reducer import DashState
 
 STATE_LABELS = {
@@ -30,6 +32,7 @@ STATE_LABELS = {
     "ended": ("■ ended", "bold $text-muted"),
 }
 SEPARATOR = " │ "
+ALARM_MARK = "⚠"  # a part that starts with it is a health alarm, drawn in the error colour
 PADDING = 2  # StatusLine's padding: one column each side
 # The widest compact line, "✖ │ K 64 auto │ 99999 tok/s │ acc 100%" (38 cells), and the padding.
 MIN_COLUMNS = 40
@@ -65,7 +68,10 @@ def status_parts(state: DashState, fallback: tuple[str, str], width: int) -> tup
     k_text = "?" if k_now is None else str(k_now)
     tps = state.stats.tokens_per_s
     acc = state.stats.recent_counters().acceptance_rate
+    word = state.health.verdict if state.health is not None else ""
+    alarm = f"{ALARM_MARK} {word}" if is_alarm(word) else ""
     optional = {
+        "health": word if word == "healthy" else None,  # says nothing new: gives way first
         # Only where it is not llama.cpp's default: "repack off" says the machine is slower on purpose.
         "repack": f"repack {st.repack_verdict.split(' (')[0]}"
         if st is not None and st.repack_verdict and not st.repack_verdict.startswith("on") else None,
@@ -102,6 +108,10 @@ def status_parts(state: DashState, fallback: tuple[str, str], width: int) -> tup
             parts.append(k_part)
         parts += [v for k in ("temp", "experts") if (v := shown.get(k))]
         parts += rest
+        if alarm:
+            parts.append(alarm)
+        elif healthy := shown.get("health"):
+            parts.append(healthy)
         if content := shown.get("content"):
             parts.append(content)
         if rollback := shown.get("rollback"):
@@ -114,7 +124,10 @@ def status_parts(state: DashState, fallback: tuple[str, str], width: int) -> tup
     # then the state's icon alone, then the numbers' short wording.
     tries = [full(names, 0) for names in ((24, 20), (18, 14), (12, 10))]
     tries += [full((12, 10), n) for n in range(1, len(give_way) + 1)] + [full((8, 6), len(give_way))]
-    tries += [[label, *numbers(False)], [icon, *numbers(False)], [icon, *numbers(True)]]
+    tail = [alarm] if alarm else []
+    tries += [[label, *numbers(False), *tail], [icon, *numbers(False), *tail], [icon, *numbers(True), *tail]]
+    if alarm:
+        tries.append([icon, *numbers(True)])
     for parts in tries:
         if cell_len(SEPARATOR.join(parts)) + PADDING <= width:
             return parts, style
@@ -134,7 +147,9 @@ class StatusLine(Static):
     def show(self, state: DashState, fallback: tuple[str, str] = ("", "")) -> None:
         self._shown = (state, fallback)
         parts, style = status_parts(state, fallback, self.app.size.width)
-        line = SEPARATOR.join([f"[{style}]{escape(parts[0])}[/]", *(escape(p) for p in parts[1:])])
+        line = SEPARATOR.join([f"[{style}]{escape(parts[0])}[/]",
+                               *(f"[bold $error]{escape(p)}[/]" if p.startswith(ALARM_MARK) else escape(p)
+                                 for p in parts[1:])])
         if line != self.line:
             self.line = line
             self.update(line, layout=False)

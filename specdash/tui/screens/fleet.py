@@ -20,6 +20,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -28,8 +30,10 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Static
+from textual.widgets._data_table import SegmentLines
 
 from specdash.events import ServerEvent
+from specdash.health import SEVERITY, VERDICT_OF, VERDICTS, is_alarm
 from specdash.tui.widgets.footer import KeyFooter
 
 
@@ -108,11 +112,22 @@ class Column:
     render: Callable[[ServerEvent], str]
     sort: Callable[[ServerEvent], Any]
     numeric: bool = True
+    # A column whose words are known in advance is as wide as the widest from the start:
+    # DataTable does not widen a column when a cell changes, it cuts the text.
+    width: int = 0
 
 
 def _n(value: float | int | None) -> tuple[int, float]:
     """Sort key: unknown values last in ascending order."""
     return (1, 0.0) if value is None else (0, float(value))
+
+
+# Ascending by health: the most serious alarm first, healthy after the alarms.
+_HEALTH_RANK = {VERDICT_OF[name]: i for i, name in enumerate(SEVERITY)} | {"healthy": len(SEVERITY)}
+
+
+def health_sort(ev: ServerEvent) -> tuple[int, float]:
+    return _n(_HEALTH_RANK.get(ev.health))
 
 
 COLUMNS: tuple[Column, ...] = (
@@ -125,6 +140,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("gen", "gen tok/s", lambda e: _num(e.generation_tokens_per_s, ".1f"), lambda e: _n(e.generation_tokens_per_s)),
     Column("prompt", "prompt tok/s", lambda e: _num(e.prompt_tokens_per_s, ".1f"), lambda e: _n(e.prompt_tokens_per_s)),
     Column("acceptance", "acceptance", lambda e: _num(e.acceptance_rate, ".0%"), lambda e: _n(e.acceptance_rate)),
+    Column("health", "health", lambda e: e.health if e.health and e.health != "unknown" else "–", health_sort,
+           numeric=False, width=max(map(len, VERDICTS))),
     Column("mean_len", "mean len", lambda e: _num(e.mean_accepted_length, ".2f"), lambda e: _n(e.mean_accepted_length)),
     Column("per_step", "tok/step", lambda e: _num(e.tokens_per_step, ".2f"), lambda e: _n(e.tokens_per_step)),
     Column("uptime", "uptime", lambda e: fmt_duration(e.uptime_s), lambda e: _n(e.uptime_s)),
@@ -135,22 +152,26 @@ _BY_KEY = {c.key: c for c in COLUMNS}
 
 # Which columns stay as the table narrows, most needed first: the server and its status
 # always; then what says how it serves; the rest only where there is room.
-KEEP_ORDER = ("server", "status", "gen", "acceptance", "busy", "model", "errors", "mean_len", "per_step",
+KEEP_ORDER = ("server", "status", "gen", "acceptance", "health", "busy", "model", "errors", "mean_len", "per_step",
               "prompt", "uptime", "backend")
 PADDING = 2  # DataTable's cell padding: one column each side
 STATUS_MIN = 24  # the status column is never cut below this ("down · last seen 1m05s…")
+# ...nor let grow beyond this: one server's long error must not push every other column
+# off the screen (the whole text is in its own panels, Enter, and `attach --once`).
+STATUS_MAX = 64
 
 
 def fit_columns(widths: dict[str, int], width: int) -> tuple[tuple[str, ...], int]:
     """The columns to show in `width` cells (in COLUMNS order) and the widest status
     text to write, given each column's natural width (its widest cell or label).
 
-    The server and the status always show. The status takes its natural width, cut to
-    leave room for gen tok/s and acceptance where it must (never below STATUS_MIN);
+    The server and the status always show. The status takes its natural width up to
+    STATUS_MAX, cut to leave room for gen tok/s and acceptance where it must (never
+    below STATUS_MIN);
     then the columns join in KEEP_ORDER while they fit."""
     server = widths["server"] + PADDING
     top_two = sum(widths[k] + PADDING for k in ("gen", "acceptance"))
-    status = min(widths["status"], max(STATUS_MIN, width - server - top_two - PADDING))
+    status = min(widths["status"], STATUS_MAX, max(STATUS_MIN, width - server - top_two - PADDING))
     used = server + status + PADDING
     shown = {"server", "status"}
     for key in KEEP_ORDER[2:]:
@@ -159,6 +180,52 @@ def fit_columns(widths: dict[str, int], width: int) -> tuple[tuple[str, ...], in
             shown.add(key)
             used += need
     return tuple(k for k in COLUMN_KEYS if k in shown), status
+
+
+class FleetTable(DataTable[Any]):
+    """DataTable with a shorter way to draw a body cell that is one line of Text (every
+    cell of the fleet's). DataTable's own caches every cell's drawing until anything in the
+    table changes: a sort, or one row's new figures, draws every visible cell again, each
+    through rich's general layout (padding, wrapping, cropping). At 100 servers and 200x50
+    that took ~60 ms a frame, once a second and after every key (benchmarks/fleet_scale.py).
+    The same segments are made here directly: the text cut to the column, aligned,
+    padded, styled as DataTable styles it. Anything else takes DataTable's own path."""
+
+    def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
+                     cursor: bool = False, hover: bool = False) -> SegmentLines:
+        if row_index < 0 or column_index < 0:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        row_key = self._row_locations.get_key(row_index)
+        column_key = self._column_locations.get_key(column_index)
+        if row_key is None or column_key is None:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        key = (row_key, column_key, base_style, cursor, hover, self._show_hover_cursor, self._update_count,
+               self._pseudo_class_state)
+        cached = self._cell_render_cache.get(key)
+        if cached is not None:
+            return cached
+        row = self.rows.get(row_key)
+        cells = self._get_row_renderables(row_index).cells
+        cell = cells[column_index] if column_index < len(cells) else None
+        if row is None or row.height != 1 or not isinstance(cell, Text) or "\n" in cell.plain:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        fixed = row_index < self.fixed_rows or column_index < self.fixed_columns
+        component, post = self._get_styles_to_render_cell(
+            False, False, fixed, hover, cursor, self.show_cursor, self._show_hover_cursor,
+            self.cursor_foreground_priority == "css", self.cursor_background_priority == "css")
+        style = base_style + Style.from_meta({"row": row_index, "column": column_index})
+        pad = " " * self.cell_padding
+        text = cell.copy()
+        inner = max(width - 2 * self.cell_padding, 0)
+        text.truncate(inner, overflow="ellipsis")
+        text.align(cell.justify if cell.justify in ("left", "center", "right") else "left", inner)
+        console = self.app.console
+        # Text.render leaves out the Text's own style (rich applies it around the spans).
+        body = Segment.apply_style(text.render(console), console.get_style(cell.style) if cell.style else None)
+        segments = [Segment(pad), *body, Segment(pad)]
+        lines = [list(Segment.apply_style(segments, style + component, post))]
+        self._cell_render_cache[key] = lines
+        return lines
 
 
 class FleetScreen(Screen[None]):
@@ -197,7 +264,7 @@ class FleetScreen(Screen[None]):
         self._status_width = 0  # status texts are cut to this width (a large number: not cut)
 
     def compose(self) -> ComposeResult:
-        table: DataTable[Any] = DataTable(id="fleet", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Any] = FleetTable(id="fleet", cursor_type="row", zebra_stripes=True)
         # Kept, not queried: the sources' rows still arrive while the app tears the screen
         # down, and a query then finds nothing.
         self._table = table
@@ -223,7 +290,7 @@ class FleetScreen(Screen[None]):
         """Choose the columns for the screen's width (fit_columns); when the choice
         changed, build the table again with them (the rows, the order and the cursor
         kept). True when it did."""
-        widths = {c.key: cell_len(c.label) for c in COLUMNS}
+        widths = {c.key: max(cell_len(c.label), c.width) for c in COLUMNS}
         for ev in self.servers.values():
             for c in COLUMNS:
                 widths[c.key] = max(widths[c.key], cell_len(c.render(ev)))
@@ -240,7 +307,7 @@ class FleetScreen(Screen[None]):
         table.clear(columns=True)
         self._shown.clear()
         for key in columns:
-            table.add_column(_BY_KEY[key].label, key=key)
+            table.add_column(_BY_KEY[key].label, key=key, width=_BY_KEY[key].width or None)
         for ev in list(self.servers.values()):
             self._put_row(ev)
         self._dirty.clear()
@@ -299,6 +366,8 @@ class FleetScreen(Screen[None]):
             if col.key == "status":
                 text = clip(text, self._status_width)
                 style = "bold red" if ev.state == "down" else "yellow" if ev.state != "up" else "green"
+            elif col.key == "health" and is_alarm(ev.health):
+                style = "bold red" if ev.health in ("stalled", "collapse") else "bold yellow"
             elif ev.state == "down":
                 style = "dim"
             out.append(Text(text, style=style, justify="right" if col.numeric else "left"))

@@ -19,6 +19,10 @@ METRICS = (
               "(specdash's engine; without each first step's warm-up, as plain is timed), else its "
               "last 2 s (status line and title alike)"),
     ("plain", "tok/s of steps at K=0 with no draft (the engine's calibration steps, or K=0)"),
+    ("health", "one word from four rules over the source's recent readings: healthy, collapse (acceptance "
+               "length far below its running median, or below [health] collapse_floor), repetitive (acceptance "
+               "near 1.0 for a sustained stretch), stalled (decode rate far below its running median while "
+               "requests run), losing (slower than plain decoding); thresholds in the config's [health]"),
     ("proc / dash", "CPU of the whole process / of the dashboard's own threads (100% = 1 core)"),
     ("text colours", "draft-accepted tokens vs tokens the target produced itself"),
 )

@@ -1,0 +1,89 @@
+"""Requests, one row each: what a request's own numbers say (no Textual).
+
+A source tells of a request by its Summary: the embedded engine's per prompt, a server's
+in drive mode from llama-server's per-request `timings` (draft_n, draft_n_accepted) or
+vLLM's per-request `metrics.speculative_decoding` (when the server runs with
+--per-request-spec-decode-metrics). `RequestLog` folds the events into rows: when, prompt
+tokens, generated, drafted, accepted, acceptance length, tok/s, drafter, and the
+acceptance-length histogram (index j: drafting steps that accepted exactly j draft
+tokens): the server's when the Summary carries one, else built from the request's own
+steps. Totals elsewhere are untouched: this is a view of the same events.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from specdash.events import Event, PrefillEvent, PromptEvent, SettingsEvent, StepEvent, Summary
+
+KEEP = 1000  # rows kept (the oldest go first)
+
+
+@dataclass(slots=True)
+class RequestRow:
+    t: float  # when it ended, on the source's clock
+    since_start: float  # seconds from the first decoding event the log saw: what "when" shows
+    title: str
+    n_prompt: int
+    n_generated: int
+    num_drafts: int
+    drafted: int
+    accepted: int
+    acceptance_length: float | None  # 1 + accepted / drafts (vLLM's mean acceptance length)
+    tokens_per_s: float
+    drafter: str
+    stop_reason: str
+    histogram: list[int] = field(default_factory=list)
+    histogram_from: str = ""  # "server" (the request's own metrics) | "steps" (built here) | ""
+
+
+def histogram_of(steps: list[StepEvent]) -> list[int]:
+    """Index j: the drafting steps that accepted exactly j draft tokens."""
+    hist: list[int] = []
+    for ev in steps:
+        if ev.drafted > 0:
+            if len(hist) <= ev.accepted:
+                hist.extend([0] * (ev.accepted + 1 - len(hist)))
+            hist[ev.accepted] += 1
+    return hist
+
+
+class RequestLog:
+    def __init__(self, keep: int = KEEP):
+        self.rows: deque[RequestRow] = deque(maxlen=keep)
+        self._t0: float | None = None
+        self._now = 0.0  # the latest event time seen (a Summary may come unstamped: t = 0)
+        self._title = ""
+        self._hist: list[int] = []
+        self._drafter = ""
+
+    def feed(self, ev: Event) -> None:
+        if self._t0 is None and ev.t and isinstance(ev, (PrefillEvent, StepEvent, Summary)):
+            self._t0 = ev.t  # the source's first work (its status lines may be stamped elsewhere)
+        if ev.t and isinstance(ev, (PrefillEvent, StepEvent, Summary)):
+            self._now = ev.t
+        match ev:
+            case SettingsEvent():
+                self._drafter = ev.drafter
+            case PromptEvent():
+                self._title, self._hist = ev.title, []
+            case StepEvent() if ev.drafted > 0:
+                if len(self._hist) <= ev.accepted:
+                    self._hist.extend([0] * (ev.accepted + 1 - len(self._hist)))
+                self._hist[ev.accepted] += 1
+            case Summary():
+                reported = list(ev.acceptance_histogram)
+                hist = reported or self._hist
+                self.rows.append(RequestRow(
+                    t=ev.t or self._now, since_start=max(0.0, (ev.t or self._now) - (self._t0 or self._now)),
+                    title=self._title,
+                    n_prompt=ev.n_prompt, n_generated=ev.n_generated, num_drafts=ev.num_drafts,
+                    drafted=ev.num_draft_tokens, accepted=ev.num_accepted_tokens,
+                    acceptance_length=1.0 + ev.num_accepted_tokens / ev.num_drafts if ev.num_drafts else None,
+                    tokens_per_s=ev.tokens_per_s, drafter=ev.drafter or self._drafter, stop_reason=ev.stop_reason,
+                    histogram=list(hist), histogram_from="server" if reported else "steps" if hist else ""))
+                self._hist = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
