@@ -112,7 +112,7 @@ def test_wide_forms_are_unchanged():
 # --- the real dashboard in a resize storm -------------------------------------------------
 
 
-def sizes(n: int = 100, seed: int = 13) -> list[tuple[int, int]]:
+def sizes(n: int = 60, seed: int = 13) -> list[tuple[int, int]]:
     rng = random.Random(seed)
     fixed = [(40, 12), (250, 70), (80, 24), (119, 35), (120, 36), (40, 70), (250, 12), (41, 13), (100, 30)]
     return fixed + [(rng.randint(40, 250), rng.randint(12, 70)) for _ in range(n - len(fixed))]
@@ -174,8 +174,8 @@ async def test_resize_storm_during_generation(tmp_path, smol_path):
             else:  # at 80 columns and more they always fit (shortened to 8 and 6 cells)
                 assert width < 80, (width, height, line)
             checked += 1
-        print(f"\n100 resizes in {time.perf_counter() - t0:.1f}s")
+        print(f"\n{checked} resizes in {time.perf_counter() - t0:.1f}s")
         assert app.engine_state == "running" and app.return_code is None
         await until(pilot, lambda: len(steps(recorders[0])) > n_steps + 5, "generation went on through the storm")
-    assert checked == 100
+    assert checked == len(sizes())
     assert not app._exception  # nothing raised inside the app
