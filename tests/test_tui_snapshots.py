@@ -212,3 +212,52 @@ def test_a_health_alarm_in_the_status_line_and_on_the_charts(snap_compare, size)
         await pilot.pause(0.3)
 
     assert snap_compare(app, terminal_size=size, run_before=settled)
+
+
+def near_plain_run() -> list:
+    """The recording's first steps as a script at steady speeds: 40 plain steps of 40 ms
+    (25 tok/s), then lookup drafting 3 tokens a step at 2 tokens per 82 ms (24.4 tok/s,
+    0.98x plain): the live line runs on the plain reference for most of the chart."""
+    import dataclasses
+
+    from specdash.events import StepEvent
+
+    events = load_replay()
+    head = [ev for ev in events[: next(i for i, ev in enumerate(events) if isinstance(ev, StepEvent))]]
+    template = next(ev for ev in events if isinstance(ev, StepEvent))
+    t0 = template.t - template.step_ms / 1e3
+    out, t, n = list(head), t0, 0
+    for i in range(200):
+        plain = i < 40
+        dt = 0.040 if plain else 0.082
+        t += dt
+        tokens = [template.tokens[0]] * (1 if plain else 2)
+        n += len(tokens)
+        out.append(dataclasses.replace(
+            template, step=i + 1, k=0 if plain else 3, drafter="none" if plain else "lookup",
+            drafted=0 if plain else 3, accepted=0 if plain else 1, tokens=tokens,
+            pieces=[template.pieces[0]] * len(tokens), from_draft=[False] * len(tokens) if plain else [True, False],
+            draft_ms=0.02, verify_ms=dt * 1e3 - 0.5, other_ms=0.48, n_past=60 + n, n_generated=n, t=t))
+    return out
+
+
+def test_the_live_speed_is_drawn_over_the_plain_reference(snap_compare):
+    """Where the run decodes at about plain speed its own line is drawn on top of the plain
+    reference, not hidden under it (the reference used to be drawn last)."""
+    events = near_plain_run()
+    steps = sum(1 for ev in events if type(ev).__name__ == "StepEvent")
+    app = replay_app(session_factory=lambda s, p: ReplaySession(s, p, events=events))
+
+    async def settled(pilot) -> None:
+        for _ in range(600):
+            if app.stats.total.steps == steps and app.engine_state == "running" and app.panels_current:
+                break
+            await pilot.pause(0.02)
+        assert app.stats.total.steps == steps, "the replay did not reach the screen"
+        plain, live = app.stats.plain_tokens_per_s, app.stats.tokens_per_s
+        assert plain is not None and live is not None and abs(live / plain - 1) < 0.1, (live, plain)
+        await pilot.pause(0.3)
+        app._update_panels()
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=(140, 42), run_before=settled)

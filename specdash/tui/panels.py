@@ -167,9 +167,12 @@ class ThroughputPanel(Panel):
         xs, ys = _points(line.xs, line.tokens_per_s)
         plain = st.plain_tokens_per_s
         top = _speed_axis_top(list(ys) + ([plain] if plain else []))
-        series = [Series(xs, ys, "chart-line")]
+        # The plain reference first, the run's own line last: drawn on top of it, so the
+        # live speed stays visible where it runs at plain speed.
+        series = []
         if plain is not None:
             series.append(Series((line.x_min, line.x_max), (plain, plain), "chart-reference"))
+        series.append(Series(xs, ys, "chart-line"))
         self.query_one(Plot).show(series, x_limits=(line.x_min, line.x_max), y_limits=(0.0, top),
                                   y_ticks=_ticks(0.0, top), markers=line.markers)
         tps = st.tokens_per_s
