@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from specdash import events as E
+from specdash.engine import step_rules as rules
 from specdash.engine.drafters import KINDS, MODEL_SOURCES
 from specdash.engine.llm import LLM
 from specdash.engine.settings import K_CAP, SamplingParams
@@ -504,6 +505,7 @@ def run_schedule(session: Session, reference: Reference, pair: Pair, schedule: F
 
     # 2. Steps ran with what was in force.
     target = engine.target
+    limits = rules.Limits(target.n_ctx, target.n_batch, target.n_vocab, target.strategy.max_draft)
     settings = next(ev for ev in events if isinstance(ev, E.SettingsEvent) and not ev.command)
     n_past, generated = len(prompt) - 1, 0
     committed: list[tuple[int, bool, int | None]] = []  # (token, greedy, experts) per generated token
@@ -516,7 +518,7 @@ def run_schedule(session: Session, reference: Reference, pair: Pair, schedule: F
             continue
         s = settings
         assert s.k is not None and s.k_max is not None and s.draft is not None
-        room = max(0, min(target.n_ctx - n_past - 2, max_tokens - generated - 1, target.n_batch - 1))
+        room = rules.room(limits, n_past, generated, max_tokens)
         where = f"step {ev.step}"
         if ev.adaptive != s.adaptive:
             problems.append(f"{where}: adaptive={ev.adaptive}, settings say {s.adaptive}")

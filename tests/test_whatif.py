@@ -257,6 +257,59 @@ def test_a_recurrent_draft_is_not_followed_off_the_text(mamba2_path, mamba2_draf
         draft.close()
 
 
+# The recurrent fixtures' prompt (tests/test_recurrent_exact.py): their text is cyclic, so
+# prompt lookup from 1-token matches drafts long copies.
+RECURRENT_PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
+
+
+@pytest.mark.parametrize("case", ["mamba2, no checkpoint", "lfm2, snapshots only"])
+def test_whatif_never_drafts_more_than_the_targets_rollback_takes_back(case, request, monkeypatch, near_ties):
+    """A recurrent target takes back only so much of a rejected draft, and the engine
+    drafts no more than that (Strategy.max_draft): nothing on a memory llama.cpp can take
+    nothing back from (here the mamba2 checkpoint fixture with its checkpoint refused),
+    n_rs_seq tokens on one with snapshots and no checkpoint (the lfm2 fixture's real
+    snapshots, created for k_max = 3, with its checkpoint refused, run at K = 8). whatif
+    at K = 8 must draft under the same cap, step for step as the real run."""
+    import specdash.engine.llm as llm_module
+    from specdash.session import Session
+
+    arch, cap = ("mamba2", 0) if case.startswith("mamba2") else ("lfm2", 3)
+    path = request.getfixturevalue(f"{arch}_path")
+    real_probe = llm_module.probe_rollback
+
+    def no_checkpoint(llm, requested):
+        st = real_probe(llm, requested)
+        if st.kind == "snapshots":
+            return dataclasses.replace(st, checkpoint_bytes=0)
+        return dataclasses.replace(st, kind="none", checkpoint_bytes=0, why="test: no checkpoint")
+
+    monkeypatch.setattr(llm_module, "probe_rollback", no_checkpoint)
+    s = EngineSettings(target=str(path), draft="lookup", k=cap, k_max=cap, adaptive=False, threads=1, ctx=1024,
+                       max_tokens=48, raw=True, lookup_min_ngram=1, lookup_max_ngram=3)
+    session = Session(s)
+    try:
+        st = session.engine.target.strategy
+        assert st.checkpoint_bytes == 0 and (st.kind, st.n_rs_seq) == (("none", 0) if cap == 0 else ("snapshots", cap))
+        session.send(E.SetK(8))  # above what the context was created for
+        steps = [ev for ev in session.run(RECURRENT_PROMPT) if isinstance(ev, E.StepEvent)]
+    finally:
+        session.close()
+    assert all(ev.k <= cap and ev.drafted <= cap for ev in steps)
+    assert cap == 0 or any(ev.drafted == cap for ev in steps), "the cap never bound: the test shows nothing"
+
+    tr, (whatif_session, _) = from_prompt(s, RECURRENT_PROMPT, None, lambda m: None)
+    whatif_session.close()
+    sim = simulate(tr, make_drafter("lookup", tr, FLAT, s), FLAT, s, name="lookup", k=8)
+    over = [(i + 1, drafted) for i, (_, drafted, *_) in enumerate(sim.trace) if drafted > cap]
+    assert not over, f"{case}: whatif drafted more than the target's cap {cap}: (step, drafted) {over[:5]}"
+    assert all(k <= cap for k, *_ in sim.trace)  # and reports the K the engine's step reports
+    assert_same_steps(tr, sim, steps, near_ties, f"{case}, K=8 capped at {cap}")
+    # The cap is what held it: without it, the same simulation drafts longer copies.
+    free = simulate(dataclasses.replace(tr, max_draft=None), make_drafter("lookup", tr, FLAT, s), FLAT, s,
+                    name="lookup", k=8)
+    assert max(drafted for _, drafted, *_ in free.trace) > cap
+
+
 # Prompts where the default pair's draft model is wrong at real disagreements. The test
 # takes them in order until it has its case: where the target's text parts from the plain
 # run at a near-tie early (this CPU's rounding), the next prompt is tried.
@@ -379,6 +432,36 @@ def test_simulated_controller_decides_as_the_engine_did(kind, smol_path, small_d
                        controller=CostModelController(**params), replay=replay)
         assert len({t[0] for t in sim.trace}) > 1 or kind == "lookup"  # the controller did decide
         assert_same_steps(tr, sim, steps, near_ties, f"adaptive {kind} on {prompt[:20]!r}", decisions=True)
+
+
+def test_a_checkpoint_targets_rollback_is_priced_apart_as_the_engine_does():
+    """On a profile with a [checkpoint] table, whatif tells adaptive K what the engine
+    tells it on a checkpoint target (Engine._measure_costs, Engine.step): the rollback's
+    price once, up front, and each step's costs without the restore and replay, which the
+    simulated run's time still pays. No model: a text lookup copies from, with every
+    other repeat changed in one place so that some copies are rejected part-way."""
+    unit = list(range(10, 22))
+    seq = [t for i in range(10) for t in (unit if i % 2 else [*unit[:7], 99, *unit[8:]])]
+    tr = Transcript(prompt=[1, *unit], seq=seq, n_generated=len(seq), eos=False, max_tokens=len(seq), n_ctx=1024,
+                    n_batch=512, pieces=[b"a "] * len(seq), prompt_text="a", target="test")
+    profile = dataclasses.replace(FLAT, restore_ms=3.0, replay_ms=2.0)
+    s = EngineSettings(draft="lookup", k=4, adaptive=True, lookup_min_ngram=1, lookup_max_ngram=3)
+
+    class Told(Recorder):
+        def price_rollback(self, save_ms, restore_ms, replay_ms):
+            self.rollback_price = (save_ms, restore_ms, dict(replay_ms))
+            super().price_rollback(save_ms, restore_ms, replay_ms)
+
+    ctl = Told(k_min=s.k_min, k_max=s.k_max, k_init=s.k)
+    sim = simulate(tr, make_drafter("lookup", tr, profile, s), profile, s, name="lookup", controller=ctl)
+    assert ctl.rollback_price[:2] == (0.0, 3.0) and ctl.rollback_price[2][5] == 10.0
+    rejected = [acc for _, drafted, acc, _, _ in sim.trace if acc < drafted]
+    assert rejected, "no draft was rejected: no rollback to price"
+    assert len(ctl.observed) == sim.steps
+    for (_, drafted, _, _, _), (_, verify_ms, other_ms) in zip(sim.trace, ctl.observed):
+        assert (verify_ms, other_ms) == pytest.approx((profile.verify_ms(drafted + 1), profile.overhead_ms))
+    told = sum(d + v + o for d, v, o in ctl.observed)
+    assert sim.ms == pytest.approx(told + sum(3.0 + 2.0 * (acc + 1) for acc in rejected))
 
 
 # --- profiles -----------------------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""One adaptive step's draft: which source drafts, and how much of it is verified.
+"""One step's draft: which source drafts, and how much of it is verified.
 
-A draft model costs real time per token, so its K is chosen before it drafts
-(controller.choose). A model-free source (lookup, suffix) costs nothing to ask, so it
-is asked for the longest draft it has and the controller cuts it to what is worth
-verifying (controller.trim), from how long the match behind the copy was. In a chain
-each source is judged this way on its own: a weak copy no longer blocks the draft
-model, and a costly draft model no longer drags down the free sources' K.
+At a fixed K the drafter is asked for K tokens. Under adaptive K a draft model costs
+real time per token, so its K is chosen before it drafts (controller.choose). A
+model-free source (lookup, suffix) costs nothing to ask, so it is asked for the longest
+draft it has and the controller cuts it to what is worth verifying (controller.trim),
+from how long the match behind the copy was. In a chain each source is judged this way
+on its own: a weak copy no longer blocks the draft model, and a costly draft model no
+longer drags down the free sources' K.
 """
 
 from __future__ import annotations
@@ -51,3 +52,21 @@ def propose_adaptive(
             k = min(k, k_cap)
             draft = source.propose(tokens, k, sampling, rng)
     return draft, k, why
+
+
+def propose(
+    drafter: Drafter,
+    tokens: Sequence[int],
+    cap: int,
+    controller: KController | None,
+    content: str,
+    sampling: SamplingParams,
+    rng: np.random.Generator | None,
+) -> tuple[Draft, int, str]:
+    """This step's draft, of at most `cap` tokens (step_rules.k_cap): (draft, K, the
+    controller's reason). Without a controller K is fixed at `cap`; the drafter is asked
+    even at K=0, since history-keeping drafters (suffix) must see every step. The engine
+    and whatif both draft through here, so a change in who drafts reaches both."""
+    if controller is not None:
+        return propose_adaptive(drafter, tokens, controller, content, cap, sampling, rng)
+    return drafter.propose(tokens, cap, sampling, rng), cap, ""

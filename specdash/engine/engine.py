@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specdash import events as E
-from specdash.engine.adaptive_draft import propose_adaptive
+from specdash.engine import step_rules as rules
+from specdash.engine.adaptive_draft import propose
 from specdash.engine.controller import KController
 from specdash.engine.detector import Detector
 from specdash.engine.drafters.base import Drafter, model_price
@@ -332,37 +333,26 @@ class Engine:
     # --- one step -------------------------------------------------------------------
     def step(self, run: Run) -> StepEvent:
         """Draft up to K tokens, verify them in one target batch, commit the accepted
-        prefix plus one target token, roll back the rest."""
-        s, target = self.settings, self.target
+        prefix plus one target token, roll back the rest. What does not depend on running
+        the target is in step_rules, which whatif's simulated step shares."""
+        s, target, rb = self.settings, self.target, self._rollback()
         t_step = time.perf_counter()
         content = self.detector.label if self.detector is not None else ""
-        # Never draft past the context or the token budget: those tokens could not be kept.
-        room = max(0, min(target.n_ctx - run.n_past - 2, run.max_tokens - run.generated - 1, target.n_batch - 1))
-        rb = self._rollback()
-        if rb.max_draft is not None:  # a target that cannot take back longer drafts
-            room = min(room, rb.max_draft)
+        limits = rules.Limits(target.n_ctx, target.n_batch, target.n_vocab, rb.strategy.max_draft)
+        room = rules.room(limits, run.n_past, run.generated, run.max_tokens)
 
         # 1. Draft.
-        decision = ""
-        if run.calibrate <= 0 and s.adaptive and self.controller is not None:
-            draft, k, decision = propose_adaptive(
-                self.drafter, run.tokens, self.controller, content, min(room, s.k_max), s.sampling, self.rng
-            )
+        if run.calibrate > 0:  # a plain reference step
+            run.calibrate -= 1
+            draft, k, _ = propose(self.drafter, run.tokens, 0, None, content, s.sampling, self.rng)
+            decision = "calibrating plain decoding"
         else:
-            if run.calibrate > 0:
-                k, decision = 0, "calibrating plain decoding"
-                run.calibrate -= 1
-            else:
-                k = min(s.k, room)
-            # Called even at K=0: history-keeping drafters (suffix) must see every step.
-            draft = self.drafter.propose(run.tokens, k, s.sampling, self.rng)
-        draft = draft.cut(k)  # a drafter may not overrun K
+            adaptive = s.adaptive and self.controller is not None
+            cap = rules.k_cap(room, adaptive=adaptive, k=s.k, k_max=s.k_max)
+            draft, k, decision = propose(self.drafter, run.tokens, cap, self.controller if adaptive else None,
+                                         content, s.sampling, self.rng)
+        draft = rules.fit(draft, k, limits)
         draft_rb_ms, draft_rb_bytes = _take_draft_rollback(self.drafter)
-        # A padded draft vocabulary (llama.cpp's rule allows up to 128 extra ids) can propose
-        # an id the target does not have: the draft ends before it.
-        beyond = next((i for i, t in enumerate(draft.tokens) if t >= target.n_vocab), None)
-        if beyond is not None:
-            draft = draft.cut(beyond)
         t_draft = time.perf_counter()
 
         # 2. Verify: the last committed token and the draft in ONE batch, logits for all.
@@ -385,40 +375,32 @@ class Engine:
             rb.keep(run.n_past + 1 + n_acc, batch)
         restore_ms = rb.take_ms()
         run.n_past += 1 + n_acc
-        committed = [*draft.tokens[:n_acc], nxt]
-        from_draft = [True] * n_acc + [False]
-        run.tokens.extend(committed)
-
-        # End of generation can fall inside the accepted run: cut there. Drafted tokens the
-        # target went on to match after it are no text of this run: not accepted either.
-        for i, tok in enumerate(committed):
-            if target.is_eog(tok):
-                committed, from_draft = committed[:i], from_draft[:i]
-                n_acc = min(n_acc, i + 1)
-                run.stop_reason = "eos"
-                break
-        if run.generated + len(committed) > run.max_tokens:
-            committed = committed[: run.max_tokens - run.generated]
-            from_draft = from_draft[: len(committed)]
-        run.generated += len(committed)
-        pieces = [run.utf8.decode(target.piece(t)) for t in committed]
+        done = rules.commit(draft.tokens, n_acc, nxt, target.is_eog, run.generated, run.max_tokens)
+        run.tokens.extend(done.kept)
+        if done.eos:
+            run.stop_reason = "eos"
+        run.generated += len(done.tokens)
+        pieces = [run.utf8.decode(target.piece(t)) for t in done.tokens]
         run.text.extend(pieces)
         if self.detector is not None:
             self.detector.update("".join(pieces))
 
         t_end = time.perf_counter()
+        cost = rules.StepCost(draft_ms=(t_draft - t_step) * 1e3, verify_ms=(t_verify - t_draft) * 1e3,
+                              other_ms=(t_end - t_verify) * 1e3, catch_up_ms=draft.prep_ms,
+                              save_ms=save_ms, restore_ms=restore_ms)
         ev = StepEvent(
             step=run.counters.steps + 1,
             k=k,
-            drafter=draft.source if draft.tokens else "none",
+            drafter=rules.drafted_by(draft),
             drafted=len(draft.tokens),
-            accepted=n_acc,
-            tokens=committed,
+            accepted=done.accepted,
+            tokens=done.tokens,
             pieces=pieces,
-            from_draft=from_draft,
-            draft_ms=(t_draft - t_step) * 1e3,
-            verify_ms=(t_verify - t_draft) * 1e3,
-            other_ms=(t_end - t_verify) * 1e3,
+            from_draft=done.from_draft,
+            draft_ms=cost.draft_ms,
+            verify_ms=cost.verify_ms,
+            other_ms=cost.other_ms,
             n_past=run.n_past,
             n_generated=run.generated,
             t=t_end,
@@ -434,12 +416,7 @@ class Engine:
         )
         run.counters.add(ev)
         if self.controller is not None:
-            # The target's step cost without its rollback: the controller prices that
-            # apart (price_rollback), as a function of acceptance.
-            self.controller.observe(
-                k, ev.drafted, n_acc, ev.draft_ms - draft.prep_ms, ev.verify_ms - save_ms, ev.other_ms - restore_ms,
-                content, evidence=draft.evidence, source=draft.source,
-            )
+            rules.observation(k, draft, done.accepted, cost, content).tell(self.controller)
         return ev
 
     # --- the loop -------------------------------------------------------------------

@@ -48,6 +48,16 @@ class Strategy:
     why: str = ""  # for "none": what llama.cpp refused
     refused: str = ""  # how the last snapshot count that was refused ended, e.g. "n_rs_seq 32: killed by SIGABRT"
 
+    @property
+    def max_draft(self) -> int | None:
+        """The longest draft this context can take back; None: any (a KV cache, or a
+        checkpoint for drafts the snapshots do not reach)."""
+        if self.kind == "none":
+            return 0
+        if self.kind == "snapshots" and not self.checkpoint_bytes:
+            return self.n_rs_seq
+        return None
+
     def describe(self) -> str:
         """What the operator sees: "" for a KV cache (nothing to say)."""
         if self.kind == "snapshots":
@@ -272,16 +282,6 @@ class Rollback:
         # Test-only: how many of the next rejections to corrupt (the first rejected token
         # leaks into the state), so a test can show the exactness check catches a broken rollback.
         self.corrupt = 0
-
-    @property
-    def max_draft(self) -> int | None:
-        """The longest draft this context can take back; None: any."""
-        s = self.strategy
-        if s.kind == "none":
-            return 0
-        if s.kind == "snapshots" and not s.checkpoint_bytes:
-            return s.n_rs_seq
-        return None
 
     def before(self, n_past: int, n_draft: int) -> None:
         self._saved_at, self.used, self.saved_bytes = -1, "", 0

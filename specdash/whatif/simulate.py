@@ -1,5 +1,8 @@
 """Simulated runs over a known greedy text: the engine's step (engine.Engine.step), with
 the target's verify replaced by a comparison against the text and every clock by a cost.
+Everything else a step decides comes from the engine's own rules (engine/step_rules.py:
+the room and caps of a draft, the commit, what adaptive K is told) and its own drafting
+(adaptive_draft.propose).
 
 Exactness: under greedy decoding the target accepts a draft exactly up to its first
 token that differs from the text, so the accepted counts are those of a real run at the
@@ -27,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from specdash.engine.adaptive_draft import propose_adaptive
+from specdash.engine import step_rules as rules
+from specdash.engine.adaptive_draft import propose
 from specdash.engine.controller import KController
 from specdash.engine.detector import ContentDetector
 from specdash.engine.drafters.base import Borrowed, Draft, Drafter, NoDrafter, model_price
@@ -277,10 +281,14 @@ def simulate(tr: Transcript, drafter: Drafter, profile: Profile, settings: Engin
              name: str, k: int | None = None, controller: KController | None = None,
              replay: Replay | None = None) -> SimResult:
     """One run over the known text: fixed K (k) or adaptive (controller), as the engine
-    would run it with `settings` (k_max, sampling)."""
+    would run it with `settings` (k_max, sampling). The step's rules are the engine's own
+    (step_rules); only the verify (a comparison with the text) and the clock (the
+    profile) are simulated."""
     assert (k is None) != (controller is None)
     res = SimResult(name, k)
-    seq, n_gen, max_tokens = tr.seq, tr.n_generated, tr.max_tokens
+    seq, max_tokens, limits = tr.seq, tr.max_tokens, tr.limits
+    # The text's end-of-generation token, if it ended on one: the only one in it.
+    end = seq[tr.n_generated] if tr.eos else None
     tokens = list(tr.prompt)
     detector = ContentDetector()
     detector.reset(tr.prompt_text)
@@ -294,6 +302,11 @@ def simulate(tr: Transcript, drafter: Drafter, profile: Profile, settings: Engin
         controller.new_prompt()
         price, ceiling = model_price(drafter)
         controller.price_draft(replay.price if replay is not None else price, ceiling)
+        if replay is None and (profile.restore_ms or profile.replay_ms):
+            # A checkpoint target: the engine's calibration prices its rollback apart
+            # (Engine._measure_costs); no save cost is profiled.
+            controller.price_rollback(0.0, profile.restore_ms,
+                                      {n: profile.replay_ms * n for n in Engine.COST_SIZES})
         if controller.needs_costs():
             if replay is not None and replay.seed is not None:
                 controller.seed_costs(replay.seed)
@@ -306,58 +319,46 @@ def simulate(tr: Transcript, drafter: Drafter, profile: Profile, settings: Engin
         n_past = len(tokens) - 1
         if n_past + 1 >= tr.n_ctx:
             break
-        room = max(0, min(tr.n_ctx - n_past - 2, max_tokens - res.generated - 1, tr.n_batch - 1))
+        room = rules.room(limits, n_past, res.generated, max_tokens)
         content = detector.label
         for part in parts:
             part.spent = part.prep = 0.0
-        decision = ""
-        if controller is not None:
-            draft, kk, decision = propose_adaptive(drafter, tokens, controller, content,
-                                                   min(room, settings.k_max), GREEDY, None)
-        else:
-            assert k is not None
-            kk = min(k, room)
-            draft = drafter.propose(tokens, kk, GREEDY, None)
-        draft = draft.cut(kk)
+        cap = rules.k_cap(room, adaptive=controller is not None, k=k or 0, k_max=settings.k_max)
+        draft, kk, decision = propose(drafter, tokens, cap, controller, content, GREEDY, None)
+        draft = rules.fit(draft, kk, limits)
         drafted = len(draft.tokens)
+        # Verify: greedy, the target accepts the draft up to its first token off the text.
         acc = 0
         while acc < drafted and p + acc < len(seq) and draft.tokens[acc] == seq[p + acc]:
             acc += 1
-        committed = seq[p : p + acc + 1]
-        draft_ms: float = sum(part.spent for part in parts)
-        prep: float = sum(part.prep for part in parts)
-        verify_ms = profile.verify_ms(drafted + 1)
-        if acc < drafted and (profile.restore_ms or profile.replay_ms):
-            verify_ms += profile.restore_ms + profile.replay_ms * (acc + 1)
-        other_ms = profile.overhead_ms
-        observed = draft_ms - prep
-        if replay is not None:
-            observed, verify_ms, other_ms = replay.steps[res.steps] if res.steps < len(replay.steps) else (0.0, 0.0, 0.0)
-            draft_ms, prep = observed, 0.0
-        tokens.extend(committed)
-        counted = committed
-        stop = False
-        if tr.eos and p + len(committed) > n_gen:
-            counted, stop = committed[: n_gen - p], True
-        counted = counted[: max_tokens - res.generated]
-        pieces = [utf8.decode(tr.pieces[p + i]) for i in range(len(counted))]
+        done = rules.commit(draft.tokens, acc, seq[p + acc] if p + acc < len(seq) else None,
+                            lambda tok: tok == end, res.generated, max_tokens)
+        # A checkpoint target restores its state and replays the kept tokens after a rejection.
+        restore_ms = profile.restore_ms + profile.replay_ms * (acc + 1) if acc < drafted else 0.0
+        cost = rules.StepCost(draft_ms=sum(part.spent for part in parts), verify_ms=profile.verify_ms(drafted + 1),
+                              other_ms=profile.overhead_ms + restore_ms, catch_up_ms=sum(part.prep for part in parts),
+                              restore_ms=restore_ms)
+        if replay is not None:  # the costs the engine's controller saw, as it saw them
+            observed = replay.steps[res.steps] if res.steps < len(replay.steps) else (0.0, 0.0, 0.0)
+            cost = rules.StepCost(*observed)
+        tokens.extend(done.kept)
+        pieces = [utf8.decode(tr.pieces[p + i]) for i in range(len(done.tokens))]
         detector.update("".join(pieces))
-        step_ms = draft_ms + verify_ms + other_ms
+        step_ms = cost.draft_ms + cost.verify_ms + cost.other_ms
         res.steps += 1
-        res.generated += len(counted)
+        res.generated += len(done.tokens)
         res.ms += step_ms
         res.drafted += drafted
-        res.accepted += acc
+        res.accepted += done.accepted
         res.drafts += drafted > 0
         cls = res.per_class.setdefault(content or "text", [0.0, 0.0])
-        cls[0] += len(counted)
+        cls[0] += len(done.tokens)
         cls[1] += step_ms
-        res.trace.append((kk, drafted, acc, decision, draft.source if draft.tokens else "none"))
+        res.trace.append((kk, drafted, done.accepted, decision, rules.drafted_by(draft)))
         if controller is not None:
-            controller.observe(kk, drafted, acc, observed, verify_ms, other_ms, content,
-                               evidence=draft.evidence, source=draft.source)
-        p += len(committed)
-        if stop or p >= len(seq):
+            rules.observation(kk, draft, done.accepted, cost, content).tell(controller)
+        p += len(done.kept)
+        if done.eos or p >= len(seq):
             break
     return res
 

@@ -21,6 +21,7 @@ from specdash import events as E
 from specdash.engine.drafters.draft_model import JointCut, top_prob
 from specdash.engine.llm import LLM
 from specdash.engine.settings import K_CAP, EngineSettings
+from specdash.engine.step_rules import Limits
 from specdash.errors import SpecdashError
 
 Say = Callable[[str], None]
@@ -60,6 +61,18 @@ class Transcript:
     draft_name: str | None = None
     draft_relative_cost: float | None = None  # what the session prices a drafted token at
     target_forced: Forced | None = None
+    n_vocab: int | None = None  # the target's; None: not checked
+    # The longest draft the target's rollback takes back (Strategy.max_draft; None: any):
+    # 0 where llama.cpp takes nothing back, n_rs_seq for snapshots without a checkpoint.
+    # Read from whatif's own context, created with snapshots for k_max as a run's is for
+    # max(k, k_max): on a target with snapshots and no checkpoint a simulated K above k_max
+    # is capped where a run at that K could have had more snapshots.
+    max_draft: int | None = None
+
+    @property
+    def limits(self) -> Limits:
+        """What bounds a draft on the target, as the engine's step sees it."""
+        return Limits(self.n_ctx, self.n_batch, self.n_vocab, self.max_draft)
 
     @property
     def full(self) -> list[int]:
@@ -234,7 +247,8 @@ def over_text(target: LLM, prompt: list[int], text: list[int], stop: str, settin
                       max_tokens=settings.max_tokens if stop != "max_tokens" else len(text),
                       n_ctx=target.n_ctx, n_batch=target.n_batch, pieces=_pieces(target, seq),
                       prompt_text=target.detokenize(prompt), target=settings.target,
-                      draft=forced, draft_name=model, target_forced=tf)
+                      draft=forced, draft_name=model, target_forced=tf, n_vocab=target.n_vocab,
+                      max_draft=target.strategy.max_draft)
 
 
 def from_recording(path: str, settings: EngineSettings, given: set[str], model: str | None, say: Say,
