@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rich.cells import cell_len
 from rich.markup import escape
-from textual import events
+from textual.app import RenderResult
 from textual.widgets import Static
 
 from specdash.health import is_alarm
@@ -146,15 +146,28 @@ class StatusLine(Static):
 
     def show(self, state: DashState, fallback: tuple[str, str] = ("", "")) -> None:
         self._shown = (state, fallback)
-        parts, style = status_parts(state, fallback, self.app.size.width)
-        line = SEPARATOR.join([f"[{style}]{escape(parts[0])}[/]",
-                               *(f"[bold $error]{escape(p)}[/]" if p.startswith(ALARM_MARK) else escape(p)
-                                 for p in parts[1:])])
+        line = self._fit(self._width())
         if line != self.line:
             self.line = line
             self.update(line, layout=False)
 
-    def on_resize(self, _event: events.Resize) -> None:
-        # The fit depends on the width: refit now, not at the next event or refresh tick.
+    def _width(self) -> int:
+        # The width the line is drawn at: its own, once laid out (the terminal's before).
+        return self.outer_size.width or self.app.size.width
+
+    def _fit(self, width: int) -> str:
+        assert self._shown is not None
+        parts, style = status_parts(*self._shown, width)
+        return SEPARATOR.join([f"[{style}]{escape(parts[0])}[/]",
+                               *(f"[bold $error]{escape(p)}[/]" if p.startswith(ALARM_MARK) else escape(p)
+                                 for p in parts[1:])])
+
+    def render(self) -> RenderResult:
+        # Fitted when drawn, for the width it is drawn at: a resize handler would leave a
+        # frame (or a test's look) between the new layout and its handler with the old fit.
         if self._shown is not None:
-            self.show(*self._shown)
+            line = self._fit(self._width())
+            if line != self.line:
+                self.line = line
+                self.update(line, layout=False)
+        return super().render()
