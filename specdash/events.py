@@ -72,6 +72,7 @@ class SettingsEvent:
     target: str
     drafter: str  # what drafts, as shown: a model name, "lookup", "chain(lookup, suffix, X)"
     draft: str | None = None  # the drafter spec the settings hold
+    draft_model: str | None = None  # the model auto and chain may draft with (settings.draft_model)
     k: int | None = None
     adaptive: bool = False
     k_min: int | None = None

@@ -44,8 +44,10 @@ class Session:
         self._suffix: SuffixDrafter | None = None  # one per session: it remembers earlier outputs
         # Loaded once, lent on every swap; a draft with another vocabulary is a TranslatedDrafter.
         self._draft_models: dict[str, DraftModelDrafter | TranslatedDrafter] = {}
-        # The draft model a chain ends with: the configured one, else the last one used.
-        self._chain_model = settings.draft if is_model(settings.draft) else None
+        # The draft model auto and a chain use: the one --draft named, else --draft-model's
+        # (default: the default pair's draft where it fits), else the last one used.
+        named = settings.draft_model if settings.draft_model not in ("default", "none") else None
+        self._chain_model = settings.draft if is_model(settings.draft) else named
         self._spec = settings  # what the session was built with; the engine owns what is live
         self._current_draft_path: str | None = None
         self.target_path = self._resolve_path(settings.target)
@@ -135,15 +137,17 @@ class Session:
         return drafter
 
     def _chain_draft_model(self) -> Drafter | None:
-        """The draft model a chain ends with: the last one named, else the default draft
-        if it is cached and fits this target; None when neither."""
+        """The draft model auto or a chain drafts with: the last one named, else (draft_model
+        "default") the default draft if it is cached and shares this target's vocabulary
+        (a translated default would cost more than it could pay here); None otherwise."""
         model = self._chain_model
-        if model is None and model_path(DEFAULT_DRAFT).is_file():
+        if model is None and self._spec.draft_model == "default" and model_path(DEFAULT_DRAFT).is_file() \
+                and check_pair(self.target_path, model_path(DEFAULT_DRAFT)).compatible:
             try:
                 self._draft_model(DEFAULT_DRAFT)
                 model = DEFAULT_DRAFT
             except SpecdashError:
-                pass  # the label then shows the chain has no model
+                pass  # the label then shows there is no model
         if model is None:
             return None
         drafter = Borrowed(self._draft_model(model))

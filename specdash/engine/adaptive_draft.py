@@ -1,5 +1,8 @@
 """One step's draft: which source drafts, and how much of it is verified.
 
+Under `auto` (drafters/auto.py) every source is priced and the fastest drafts
+(choose_source); the rest of this text is the chain's order.
+
 At a fixed K the drafter is asked for K tokens. Under adaptive K a draft model costs
 real time per token, so its K is chosen before it drafts (controller.choose). A
 model-free source (lookup, suffix) costs nothing to ask, so it is asked for the longest
@@ -31,8 +34,10 @@ def propose_adaptive(
 ) -> tuple[Draft, int, str]:
     """(draft, K it was cut or chosen to, the controller's reason). Every source sees
     every step: those not asked to draft get k = 0 ("look, do not draft")."""
-    draft, k, why = Draft.empty(), 0, "nothing to copy"
     parts = list(drafter.parts())
+    if drafter.name == "auto":
+        return choose_source(parts, tokens, controller, content, k_cap, sampling, rng)
+    draft, k, why = Draft.empty(), 0, "nothing to copy"
     for i, source in enumerate(parts):
         if draft.tokens or k_cap <= 0:
             source.propose(tokens, 0, sampling, rng)
@@ -52,6 +57,58 @@ def propose_adaptive(
             k = min(k, k_cap)
             draft = source.propose(tokens, k, sampling, rng)
     return draft, k, why
+
+
+def choose_source(
+    parts: Sequence[Drafter],
+    tokens: Sequence[int],
+    controller: KController,
+    content: str,
+    k_cap: int,
+    sampling: SamplingParams,
+    rng: np.random.Generator | None,
+) -> tuple[Draft, int, str]:
+    """`auto`'s step: every copy source offers its longest copy (free to ask), each copy
+    is priced (how much of it to verify, and at what expected tokens per ms), and the
+    best copy drafts if it beats the model's expected rate with its catch-up paid;
+    otherwise the model's K is chosen as always (controller.choose: plain decoding, a
+    probe, or K > 0). Sources not drafting this step look (k = 0)."""
+    copies = [p for p in parts if p.free]
+    models = [p for p in parts if not p.free]
+    best: tuple[float, Draft, int, str] | None = None
+    for source in copies:
+        offer = source.propose(tokens, k_cap, sampling, rng) if k_cap > 0 else source.propose(tokens, 0, sampling, rng)
+        if not offer.tokens:
+            continue
+        n, rate, why = controller.copy_offer(offer.source, offer.evidence, len(offer.tokens), content)
+        if n > 0 and (best is None or rate > best[0]):
+            best = (rate, offer.cut(n), n, why)
+    model = models[0] if models and k_cap > 0 else None
+    catch_up = model.catch_up_ms(tokens) if model is not None else 0.0
+    if best is not None:
+        rate, draft, n, why = best
+        if model is None or rate >= controller.model_rate(content, catch_up):
+            if model is not None and controller.model_rate(content) > rate:
+                why += f"; {model.label} skipped for its catch-up ({catch_up:.0f} ms)"
+            for other in models:
+                other.propose(tokens, 0, sampling, rng)
+            return draft, n, why
+    if model is None:
+        for other in models:
+            other.propose(tokens, 0, sampling, rng)
+        return Draft.empty(), 0, "nothing to copy" if k_cap > 0 else "no room for a draft"
+    k, why = controller.choose(content, catch_up)
+    k = min(k, k_cap)
+    if k == 0 and best is not None:
+        # The model's rate beat the copy's, but its K stayed at 0 (hysteresis, a probe
+        # schedule): the copy still beats plain decoding.
+        rate, draft, n, copy_why = best
+        model.propose(tokens, 0, sampling, rng)
+        return draft, n, copy_why
+    draft = model.propose(tokens, k, sampling, rng)
+    for other in models[1:]:
+        other.propose(tokens, 0, sampling, rng)
+    return draft, k, f"{model.label}: {why}" if k > 0 and draft.tokens else why
 
 
 def propose(

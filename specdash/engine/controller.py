@@ -63,9 +63,19 @@ class KController(Protocol):
         is expected to give (model_rate), 0 when there is none."""
         ...
 
-    def model_rate(self, content: str) -> float:
-        """Tokens per ms the draft model is expected to give at its best K > 0 now; 0 when
-        that is not known yet or costs rule it out."""
+    def model_rate(self, content: str, catch_up_ms: float = 0.0) -> float:
+        """Tokens per ms the draft model is expected to give at its best K > 0 now, its
+        catch-up (`catch_up_ms`) paid first; 0 when that is not known yet or costs rule
+        it out."""
+        ...
+
+    def copy_offer(self, source: str, evidence: int, available: int, content: str) -> tuple[int, float, str]:
+        """How many of a copy's `available` tokens are worth verifying, the tokens per ms
+        that is expected to give, and why; (0, the plain rate, why) when none are."""
+        ...
+
+    def plain_rate(self) -> float:
+        """Tokens per ms of plain decoding (one token per target step); 0 until measured."""
         ...
 
     def observe(
@@ -186,8 +196,14 @@ class ThresholdController:
              rival: float = 0.0) -> tuple[int, str]:
         return min(self.k, available), self._reason
 
-    def model_rate(self, content: str) -> float:
+    def model_rate(self, content: str, catch_up_ms: float = 0.0) -> float:
         return 0.0  # the baseline rule takes every copy
+
+    def copy_offer(self, source: str, evidence: int, available: int, content: str) -> tuple[int, float, str]:
+        return min(self.k, available), 1.0, self._reason  # every copy, at K
+
+    def plain_rate(self) -> float:
+        return 0.0  # the baseline rule knows no costs
 
     def observe(
         self,
@@ -428,10 +444,20 @@ class CostModelController:
         return k
 
     # --- model-free drafts ---------------------------------------------------------------
-    def model_rate(self, content: str) -> float:
+    def model_rate(self, content: str, catch_up_ms: float = 0.0) -> float:
         if self.model.measured_steps == 0 or self.model.cannot_pay(self.costs):
             return 0.0
-        return max((r for k, r in self.rates(content).items() if k > 0), default=0.0)
+        return max((r for k, r in self.rates(content, catch_up_ms).items() if k > 0), default=0.0)
+
+    def plain_rate(self) -> float:
+        s1 = self.costs.step_cost(1)
+        return 1.0 / s1 if s1 else 0.0
+
+    def copy_offer(self, source: str, evidence: int, available: int, content: str) -> tuple[int, float, str]:
+        n, why = self.trim(source, evidence, available, content)
+        if n == 0:
+            return 0, self.plain_rate(), why
+        return n, self.copies.rates(self.costs, source, evidence, n, n)[n], why
 
     def trim(self, source: str, evidence: int, available: int, content: str,
              rival: float = 0.0) -> tuple[int, str]:

@@ -82,8 +82,16 @@ class Limit:
 LIMITS: tuple[Limit, ...] = (
     Limit("model", "target", str, "qwen2.5-coder-1.5b",
           "target model: a registry name (see `specdash models list`) or a GGUF path", flag="target"),
-    Limit("model", "draft", str, "qwen2.5-coder-0.5b",
-          "draft source: a model name or GGUF path, or lookup, suffix, chain, none", flag="draft"),
+    # `auto` by default: copies paid 1.4-2.9x on grounded prompts where the default draft
+    # model, adaptive, decoded at plain speed (issue 32; benchmarks/results/auto-default.txt).
+    Limit("model", "draft", str, "auto",
+          "draft source: auto (each step the fastest of the copies, the draft model and plain "
+          "decoding), a model name or GGUF path (that model only), or lookup, suffix, chain, none",
+          flag="draft"),
+    Limit("model", "draft_model", str, "default",
+          "the draft model auto and chain may use: a model name or GGUF path, none, or default "
+          "(the default pair's draft model where it shares the target's vocabulary)",
+          flag="draft_model"),
     Limit("model", "translate", bool, True,
           "a draft model with another vocabulary drafts through translation (text to its tokens "
           "and back); --no-translate refuses such drafts, as llama.cpp does", flag="translate"),
@@ -162,6 +170,7 @@ class EngineSettings:
 
     target: str = _default("target")
     draft: str = _default("draft")  # a model, or one of drafters.KINDS
+    draft_model: str = _default("draft_model")  # the model auto and chain may draft with
     translate: bool = _default("translate")  # a draft with another vocabulary: translate, or refuse it
     k: int = _default("k")
     sampling: SamplingParams = field(default_factory=SamplingParams)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from specdash.engine.drafters.auto import AutoDrafter
 from specdash.engine.drafters.base import Drafter, NoDrafter
 from specdash.engine.drafters.chain import ChainDrafter
 from specdash.engine.drafters.lookup import PromptLookupDrafter
@@ -85,6 +86,14 @@ def _chain(parts: Parts) -> Drafter:
     return ChainDrafter([parts.lookup(), parts.suffix(), *([model] if model is not None else [])])
 
 
+def _auto(parts: Parts) -> Drafter:
+    model = parts.model()
+    return AutoDrafter([parts.lookup(), parts.suffix(), *([model] if model is not None else [])])
+
+
+register(DrafterKind("auto", "each step the source with the best expected speed: a lookup or suffix copy "
+                             "where one matches and pays, the draft model where it pays, else none",
+                     _auto, frozenset({"lookup", "suffix"}) | MODEL_SOURCES))
 register(DrafterKind("lookup", "prompt lookup: copy what followed the recent n-gram (free)",
                      Parts.lookup, frozenset({"lookup"})))
 register(DrafterKind("suffix", "suffix match over the prompt and earlier outputs (free)",

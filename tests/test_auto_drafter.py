@@ -1,0 +1,223 @@
+"""`auto`, the default draft source (issue 32): each step the source with the best expected
+speed drafts. The choice runs on the real cost model (CostModelController) fed a scripted
+cost profile; the sources are stand-ins whose offers the test sets, so each case is exact.
+Then the real engine: greedy output equals plain decoding under auto, the model is not
+prefilled up front, and `--draft X` still pins X."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from cli_helpers import assert_ok, assert_usage_error, specdash
+
+from specdash import events as E
+from specdash.engine.adaptive_draft import choose_source, propose_adaptive
+from specdash.engine.controller import CostModelController
+from specdash.engine.drafters.auto import AutoDrafter
+from specdash.engine.drafters.base import Draft
+from specdash.engine.settings import EngineSettings, SamplingParams
+
+SP = SamplingParams()
+RNG = np.random.default_rng(0)
+# A CPU like this one: a batch of n tokens costs 1 + 0.3 (n - 1) single steps of 60 ms.
+COSTS = {n: 60.0 * (1 + 0.3 * (n - 1)) for n in (1, 2, 3, 5, 9, 17)}
+
+
+class Copy:
+    """A copy source whose next offer the test sets (tokens after a match of `evidence`)."""
+
+    free = True
+    relative_cost = 0.0
+    k_ceiling = False
+
+    def __init__(self, name: str):
+        self.name = self.label = name
+        self.offer: Draft = Draft.empty(name)
+        self.asked: list[int] = []
+
+    def parts(self):
+        return [self]
+
+    def propose(self, tokens, k, sampling, rng):
+        self.asked.append(k)
+        return self.offer.cut(k) if k else Draft.empty(self.name)
+
+    def catch_up_ms(self, tokens):
+        return 0.0
+
+    def prefill(self, tokens):
+        self.prefilled = list(tokens)
+
+    def reset(self): ...
+    def forget(self): ...
+    def set_cut(self, p_joint): ...
+    def close(self): ...
+
+
+class Model(Copy):
+    """A draft model: drafts `k` tokens when asked, owes `catch_up` ms first."""
+
+    free = False
+    relative_cost = 0.25
+
+    def __init__(self):
+        super().__init__("draft")
+        self.label = "the-model"
+        self.catch_up = 0.0
+
+    def propose(self, tokens, k, sampling, rng):
+        self.asked.append(k)
+        return Draft([5] * k, None, "draft") if k else Draft.empty("draft")
+
+    def catch_up_ms(self, tokens):
+        return self.catch_up
+
+
+def controller(model_alpha: float | None = None, model_ms: float = 15.0) -> CostModelController:
+    """The real cost model on COSTS; with `model_alpha`, a model already measured drafting
+    at that acceptance for "code" (ten 4-token drafts at `model_ms` a token)."""
+    c = CostModelController(k_min=0, k_max=16)
+    c.seed_costs(COSTS)
+    c.observe(0, 0, 0, 0.0, COSTS[1], 0.0, "code")
+    if model_alpha is not None:
+        for _ in range(10):
+            acc = 4 if np.random.default_rng(1).random() < model_alpha else int(model_alpha * 4)
+            c.observe(4, 4, acc, 4 * model_ms, COSTS[5], 0.0, "code")
+    return c
+
+
+def sources():
+    lookup, suffix, model = Copy("lookup"), Copy("suffix"), Model()
+    return lookup, suffix, model, AutoDrafter([lookup, suffix, model])
+
+
+def test_a_copy_that_matches_and_pays_drafts_and_the_model_only_looks():
+    lookup, suffix, model, auto = sources()
+    lookup.offer = Draft(list(range(16)), None, "lookup", evidence=20)  # a long match: a strong copy
+    draft, k, why = choose_source(auto.parts(), [1, 2, 3], controller(), "code", 16, SP, RNG)
+    assert draft.source == "lookup" and k == len(draft.tokens) > 0
+    assert why.startswith("lookup match 20") and "x plain" in why
+    assert model.asked == [0]  # looked, did not draft
+
+
+def test_the_better_of_two_copies_drafts():
+    lookup, suffix, model, auto = sources()
+    lookup.offer = Draft(list(range(16)), None, "lookup", evidence=2)  # weak: a 2-token match
+    suffix.offer = Draft(list(range(16)), None, "suffix", evidence=24)  # strong
+    draft, k, why = choose_source(auto.parts(), [1, 2, 3], controller(), "code", 16, SP, RNG)
+    assert draft.source == "suffix" and why.startswith("suffix match 24")
+
+
+def test_the_model_drafts_where_it_pays_better_than_the_copy():
+    lookup, suffix, model, auto = sources()
+    lookup.offer = Draft(list(range(16)), None, "lookup", evidence=2)  # a weak copy
+    draft, k, why = choose_source(auto.parts(), [1, 2, 3], controller(model_alpha=0.95, model_ms=5.0),
+                                  "code", 16, SP, RNG)
+    assert draft.source == "draft" and k > 0 and why.startswith("the-model: ")
+
+
+def test_its_catch_up_can_cost_the_model_the_step_and_the_reason_says_so():
+    lookup, suffix, model, auto = sources()
+    lookup.offer = Draft(list(range(16)), None, "lookup", evidence=2)
+    model.catch_up = 5000.0  # a whole prompt to catch up on
+    draft, k, why = choose_source(auto.parts(), [1, 2, 3], controller(model_alpha=0.95, model_ms=5.0),
+                                  "code", 16, SP, RNG)
+    assert draft.source == "lookup"
+    assert "the-model skipped for its catch-up (5000 ms)" in why
+
+
+def test_nothing_drafts_where_neither_pays():
+    lookup, suffix, model, auto = sources()
+    lookup.offer = Draft([1, 2], None, "lookup", evidence=1)  # a 1-token match: too weak to pay
+    ctl = controller(model_alpha=0.05, model_ms=40.0)  # a model that is wrong and dear
+    draft, k, why = choose_source(auto.parts(), [1, 2, 3], ctl, "code", 16, SP, RNG)
+    assert (draft.tokens, k) == ([], 0) and "plain wins" in why, why
+
+
+def test_it_switches_back_when_the_content_changes():
+    """Copies while the text repeats its input; when the copies stop matching (new text),
+    the model, which pays on that content; back to copies when they match again."""
+    lookup, suffix, model, auto = sources()
+    ctl = controller(model_alpha=0.7, model_ms=15.0)  # pays on new text, less than a long copy
+    chosen = []
+    for evidence in (24, 24, 0, 0, 24):
+        lookup.offer = Draft(list(range(16)), None, "lookup", evidence=evidence) if evidence else Draft.empty("lookup")
+        draft, _, _ = choose_source(auto.parts(), [1, 2, 3], ctl, "code", 16, SP, RNG)
+        chosen.append(draft.source if draft.tokens else "none")
+    assert chosen == ["lookup", "lookup", "draft", "draft", "lookup"]
+
+
+def test_auto_is_judged_by_choose_source_and_a_chain_by_its_order():
+    lookup, suffix, model, auto = sources()
+    lookup.offer = Draft(list(range(16)), None, "lookup", evidence=2)
+    suffix.offer = Draft(list(range(16)), None, "suffix", evidence=24)
+    ctl = controller()
+    assert propose_adaptive(auto, [1, 2, 3], ctl, "code", 16, SP, RNG)[0].source == "suffix"
+    from specdash.engine.drafters.chain import ChainDrafter
+
+    chain = ChainDrafter([lookup, suffix, model])
+    # The chain takes the first copy source with a match that pays at all: lookup's.
+    assert propose_adaptive(chain, [1, 2, 3], ctl, "code", 16, SP, RNG)[0].source in ("lookup", "none")
+
+
+def test_the_model_is_not_prefilled_up_front():
+    lookup, suffix, model, auto = sources()
+    auto.prefill([1, 2, 3, 4])
+    assert lookup.prefilled == [1, 2, 3, 4] and suffix.prefilled == [1, 2, 3, 4]
+    assert not hasattr(model, "prefilled")
+
+
+# --- the real engine ------------------------------------------------------------------------
+
+PROMPT = ("Repeat this list exactly, then add one more line in the same style:\n"
+          "- apples: 3 crates, delivered Monday\n- pears: 5 crates, delivered Tuesday\n"
+          "- plums: 2 crates, delivered Wednesday\n- figs: 4 crates, delivered Thursday\n")
+
+
+def test_auto_is_greedy_exact_and_drafts_copies_on_the_real_engine(smol_path, greedy_reference):
+    """SmolLM2-135M with its own Q4_0 as the draft model (the fuzz's small pair), on the
+    defaults (auto, adaptive K): copies drafted, the committed text is the target's own
+    greedy continuation, and the draft model was not fed the prompt up front."""
+    import fuzz_exact as F
+
+    from specdash.session import Session
+
+    s = EngineSettings(target=str(smol_path), draft_model=str(F.make_small_draft()), threads=2, ctx=1024,
+                       max_tokens=64)
+    assert s.draft == "auto" and s.adaptive  # the defaults
+    session = Session(s)
+    try:
+        prompt = session.prompt_tokens(PROMPT)
+        model = next(p for p in session.engine.drafter.parts() if not p.free)
+        fed: list[int] = []
+        real_prefill = model.prefill
+        model.prefill = lambda tokens: (fed.append(len(tokens)), real_prefill(tokens))  # type: ignore[method-assign]
+        events = list(session.engine.generate(prompt, 64))
+    finally:
+        session.close()
+    assert fed == [], "auto prefilled its draft model up front"
+    settings_ev = next(e for e in events if isinstance(e, E.SettingsEvent))
+    assert settings_ev.draft == "auto" and settings_ev.drafter.startswith("auto: lookup, suffix, ")
+    steps = [e for e in events if isinstance(e, E.StepEvent)]
+    assert {e.drafter for e in steps if e.drafted} & {"lookup", "suffix"}
+    got = [t for e in steps for t in e.tokens]
+    ref = greedy_reference(smol_path)
+    plain = ref.plain(prompt, len(got) + 1, None)
+    if got != plain[: len(got)]:  # off plain decoding's path: only at near-ties
+        full = list(prompt) + got
+        verdicts = ref.teacher_force(full, len(prompt), list(range(len(prompt), len(full))), None)
+        for pos, (want, gap) in verdicts.items():
+            assert full[pos] == want or gap < F.TIE_GAP, (pos, full[pos], want, gap)
+
+
+def test_draft_x_still_pins_x_and_bad_values_are_one_line(smol_path):
+    proc = specdash("run", "--json", "--target", str(smol_path), "--draft", "lookup", "--max-tokens", "24",
+                    "--threads", "2", "--prompt", PROMPT)
+    assert_ok(proc)
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert next(e for e in events if e["event"] == "settings")["drafter"] == "lookup"
+    assert {e["drafter"] for e in events if e["event"] == "step"} <= {"lookup", "none"}
+    assert_usage_error(specdash("run", "--draft", "", "--prompt", "x"), "--draft")
+    assert_usage_error(specdash("run", "--draft-model", "", "--prompt", "x"), "--draft-model")
