@@ -41,8 +41,10 @@ from specdash.session import Session  # noqa: E402
 
 ARMS = {
     "plain": dict(draft="none", k=0, adaptive=False),
-    "adaptive-draft": dict(adaptive=True),
+    "adaptive-draft": dict(adaptive=True),  # the draft model alone (--draft): the default before auto
     "adaptive-chain": dict(draft="chain", adaptive=True),
+    "adaptive-lookup": dict(draft="lookup", adaptive=True),
+    "auto": dict(draft="auto", adaptive=True),  # the default (issue 32): --draft-model is --draft below
 }
 
 
@@ -76,6 +78,9 @@ def one(settings: EngineSettings, prompt: str) -> dict[str, object]:
         "draft_ms": sum(s.draft_ms for s in steps),
         "verify_ms": sum(s.verify_ms for s in steps),
         "other_ms": sum(s.other_ms for s in steps),
+        # Which sources drafted (auto chooses per step): steps with a draft, by source.
+        "sources": {src: sum(1 for s in steps if s.drafted and s.drafter == src)
+                    for src in sorted({s.drafter for s in steps if s.drafted})},
         "text": summary.text,
         "load1": os.getloadavg()[0],
     }
@@ -83,7 +88,9 @@ def one(settings: EngineSettings, prompt: str) -> dict[str, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--prompt-file", action="append", required=True)
+    ap.add_argument("--prompt-file", action="append", default=[])
+    ap.add_argument("--builtin", default="", help="built-in prompts too, by name, comma-separated "
+                    "(specdash/prompts.py: code-edit, json-extraction, ...)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
@@ -95,19 +102,24 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="JSON lines, appended")
     args = ap.parse_args()
     arms = args.arms.split(",")
+    from specdash.prompts import by_name
+
+    prompts = [(Path(path).stem, Path(path).read_text()) for path in args.prompt_file]
+    prompts += [(name, by_name(name).text) for name in args.builtin.split(",") if name]
+    if not prompts:
+        ap.error("no prompts: give --prompt-file and/or --builtin")
     with open(args.out, "a") as f:
         for r in range(args.first_round, args.first_round + args.rounds):
-            for i, path in enumerate(args.prompt_file):
-                prompt = Path(path).read_text()
+            for i, (name, prompt) in enumerate(prompts):
                 order = arms if (r + i) % 2 == 0 else arms[::-1]
                 for arm in order:
-                    base = dict(target=args.target, draft=args.draft, k=4, threads=args.threads, ctx=4096,
-                                max_tokens=args.tokens)
+                    base = dict(target=args.target, draft=args.draft, draft_model=args.draft, k=4,
+                                threads=args.threads, ctx=4096, max_tokens=args.tokens)
                     res = one(EngineSettings(**{**base, **ARMS[arm]}), prompt)
-                    res.update(prompt=Path(path).stem, round=r, arm=arm, label=args.label, t=time.time())
+                    res.update(prompt=name, round=r, arm=arm, label=args.label, t=time.time())
                     f.write(json.dumps(res) + "\n")
                     f.flush()
-                    print(f"r{r} {Path(path).stem:10s} {args.label}{arm:15s} wall {res['tok_s']:6.2f} "
+                    print(f"r{r} {name:10s} {args.label}{arm:15s} wall {res['tok_s']:6.2f} "
                           f"cpu {res['cpu_tok_s']:6.2f} tok/s  K>0 steps {res['k_pos_steps']}", flush=True)
 
 
@@ -126,6 +138,8 @@ def report(path: str) -> None:
             line += (f"  {metric} {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
         line += f"  [{len(rounds)} rounds] K>0 steps {[v[a]['k_pos_steps'] for v in rounds]}"
         line += f" plain cpu {statistics.median(v['plain']['cpu_tok_s'] for v in rounds):.1f} tok/s"
+        if any(v[a].get("sources") for v in rounds):
+            line += f" sources {[v[a].get('sources') for v in rounds]}"
         same = all(v[a]["text"] == v["plain"]["text"] for v in rounds)
         print(line + ("" if same else "  TEXT DIFFERS"))
 

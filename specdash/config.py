@@ -37,7 +37,8 @@ import tomli_w
 from specdash.engine.settings import LIMIT, LIMITS, EngineSettings, Limit, SamplingParams, SettingError
 from specdash.errors import SpecdashError
 from specdash.events import SettingsEvent
-from specdash.health import PLAIN_KEEP, HealthThresholds
+from specdash.health import HealthThresholds
+from specdash.plain_rate import PLAIN_KEEP
 
 ENV_VAR = "SPECDASH_CONFIG"
 

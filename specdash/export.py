@@ -9,6 +9,8 @@ The mapping, for the llama.cpp vendored with llama-cpp-python (common/arg.cpp):
                             --spec-ngram-simple-size-m K  (N: the longest n-gram matched)
     suffix                  --spec-type ngram-cache (the session's own n-gram cache)
     chain                   --spec-type ngram-simple,draft-simple with both of the above
+    auto                    as the chain, and a note: llama-server has no per-step choice
+                            by expected speed, and no suffix copies
     none or K=0             no speculation flags
     experts override        --override-kv ARCH.expert_used_count=int:N
     threads, ctx            -t N, -c N
@@ -57,9 +59,13 @@ def server_args(st: SettingsEvent, *, k: int | None = None) -> tuple[list[str], 
         notes.append(f"these settings use adaptive K; llama-server has none: exported fixed K={k}, the K "
                      "adaptive starts at (choose it with --k N)")
     if k and draft != "none":
-        model = draft if is_model(draft) or draft == "chain" else None
+        model = draft if is_model(draft) or draft in ("chain", "auto") else None
         types = []
-        if draft in ("lookup", "chain"):
+        if draft == "auto":
+            notes.append("specdash's auto chose each step's source by expected speed (lookup, suffix, the "
+                         "draft model or none); llama-server has no such choice: exported lookup then the "
+                         "draft model in a fixed order, as the chain; suffix copies left out")
+        if draft in ("lookup", "chain", "auto"):
             types.append("ngram-simple")
             args += ["--spec-ngram-simple-size-n", str(st.lookup_max_ngram or 4),
                      "--spec-ngram-simple-size-m", str(k)]
@@ -67,8 +73,8 @@ def server_args(st: SettingsEvent, *, k: int | None = None) -> tuple[list[str], 
             types.append("ngram-cache")
         if model is not None:
             if not st.draft_path:
-                if draft == "chain":
-                    notes.append("the chain ran without a draft model: exported its lookup part only")
+                if draft in ("chain", "auto"):
+                    notes.append(f"the {draft} ran without a draft model: exported its lookup part only")
                 else:
                     raise SpecdashError(f"export: the draft model {draft} has no file path in these settings")
             elif (st.drafter or "").endswith("(translated)"):

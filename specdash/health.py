@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 from specdash.events import (CountersEvent, Event, HealthEvent, HealthRule, NoticeEvent, PrefillEvent,
                              PromptEvent, ReplayEvent, ServerEvent, SettingsEvent, StatusEvent, StepEvent, Summary)
+from specdash.plain_rate import PLAIN_KEEP, PlainRate
 
 RULES = ("acceptance_collapse", "acceptance_repetition", "decode_stall", "speculation_not_paying")
 # The verdict a firing rule gives, most serious first: that order decides the one word.
@@ -60,7 +61,6 @@ MIN_DRAFTS = 2  # drafts a reading needs for its acceptance length to count
 # A rule in alarm clears only once its figure is 10% past the threshold: a figure that
 # wobbles around it would otherwise flip the verdict (and mark the charts) every reading.
 HYSTERESIS = 1.1
-PLAIN_KEEP = 32  # K=0 steps the plain rate is measured over (as the dashboard's reference)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +143,7 @@ class HealthMonitor:
         self.label = label  # prefixes the notices: a server's URL
         self.external = False  # the stream brings its own HealthEvents (a replay)
         self._settings: SettingsEvent | None = None
-        self._plain: deque[float] = deque(maxlen=PLAIN_KEEP)  # seconds per token, K=0 steps
+        self._plain = PlainRate(PLAIN_KEEP)  # the one estimator the dashboard's reference reads too
         self._told: set[str] = set()  # rules in alarm when a settings change started them over
         self._reset()
         self.current = self._event(t=0.0)
@@ -185,12 +185,11 @@ class HealthMonitor:
             return []
         if self.external:
             return []
+        self._plain.feed(ev)
         match ev:
             case SettingsEvent():
                 before, self._settings = self._settings, ev
                 if before is not None and _what_is_judged(before) != _what_is_judged(ev):
-                    if before.target != ev.target:
-                        self._plain.clear()
                     # An alarm that comes back under the new settings is the same news: its
                     # notice is not said again (the HealthEvents still show it).
                     self._told = {name for name, rule in self._rules.items() if rule.state == "alarm"}
@@ -231,8 +230,6 @@ class HealthMonitor:
         if ev.k > 0:
             r.spec_seconds += dt
             r.spec_tokens += n
-        elif ev.drafted == 0 and not first and n and self._knows_plain():
-            self._plain.append(dt / n)
         return self._close(ev.t) if r.seconds >= self.th.reading_seconds else []
 
     def _counters(self, ev: CountersEvent) -> list[Event]:
@@ -364,15 +361,9 @@ class HealthMonitor:
                           f"{_g(median)} over {len(earlier)} readings", rate, median)
 
     def plain_tokens_per_s(self) -> float | None:
-        """Plain decoding here: tokens over time of the recent K=0 steps, leaving out
-        those over twice the median (first-touch page faults), as the dashboard's."""
-        if len(self._plain) < self.th.plain_steps:
-            return None
-        ordered = sorted(self._plain)
-        median = _median(ordered)
-        kept = [x for x in ordered if x <= 2 * median]
-        mean = sum(kept) / len(kept)
-        return 1.0 / mean if mean > 0 else None
+        """Plain decoding here (specdash/plain_rate.py, as the dashboard's reference), once
+        `plain_steps` K=0 steps were measured."""
+        return self._plain.tokens_per_s() if len(self._plain) >= self.th.plain_steps else None
 
     def _not_paying(self) -> HealthRule:
         th = self.th

@@ -83,7 +83,9 @@ def qwen_session():
     from specdash.session import Session
     from specdash.engine.settings import EngineSettings
 
-    s = Session(EngineSettings(adaptive=False, threads=2, ctx=2048))
+    # The draft model named: tests of the model's drafting (auto, the default, would
+    # choose copies where they pay, and its suffix memory carries over between runs).
+    s = Session(EngineSettings(adaptive=False, draft="qwen2.5-coder-0.5b", threads=2, ctx=2048))
     yield s
     s.close()
 

@@ -81,3 +81,35 @@ def test_dashboard_in_tmux_plus_then_q(tmp_path, smol_path):
         assert "╭" not in screen and "Traceback" not in screen
     finally:
         subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)
+
+
+# The status line's names part under auto: "← auto·lookup", or the source alone where the
+# terminal is short of room ("← lookup" at 80 columns).
+AUTO_SOURCE = re.compile(r"← (?:auto·)?(lookup|suffix|model)\b")
+DRAFTS_SHOWN = re.compile(r"Acceptance \d+%")  # the panel's title once drafts were verified
+
+
+def test_the_default_first_screen_shows_speculation_and_which_source_drafted(tmp_path):
+    """`specdash` with no arguments (issue 32): within the built-in workload's first
+    prompts, where there is something to copy, the acceptance panel shows drafts and the
+    status line names the source auto chose; at 80x24, then at 120x36."""
+    tmux = Tmux(f"specdash-first-{os.getpid()}")
+    command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "specdash", "--screenshots", str(tmp_path)])
+    tmux("new-session", "-d", "-s", "e2e", "-x", "80", "-y", "24", f"{command}; echo {EXIT}$?; sleep 120")
+    try:
+        def drafting(screen: str) -> bool:
+            rows = [line for line in screen.splitlines() if line.strip()]
+            return (len(rows) >= 2 and AUTO_SOURCE.search(rows[-2]) is not None  # the status line
+                    and DRAFTS_SHOWN.search(screen) is not None)
+
+        screen = tmux.wait_for(drafting, "auto drafting from a named source at 80x24", timeout_s=600)
+        assert "no drafts yet" not in screen
+        tmux("resize-window", "-t", "e2e", "-x", "120", "-y", "36")
+        screen = tmux.wait_for(lambda s: len(s.splitlines()) >= 36 and drafting(s)
+                               and re.search(r"← auto·(lookup|suffix|model|plain)\b", s) is not None,
+                               "the full auto·source form at 120x36")
+        tmux("send-keys", "-t", "e2e", "q")
+        screen = tmux.wait_for(lambda s: EXIT in s, "the process exited")
+        assert f"{EXIT}0" in screen
+    finally:
+        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)

@@ -35,6 +35,13 @@ def test_each_drafter_maps_to_llama_servers_own_flags():
                                                     for n in notes)
     args, _ = server_args(settings(draft="chain", draft_path="/m/draft.gguf"))
     assert "--spec-type ngram-simple,draft-simple" in " ".join(args)
+    # auto (the default) exports what llama-server can run of it, and says what it left out
+    args, notes = server_args(settings(draft="auto", drafter="auto: lookup, suffix, qwen", draft_path="/m/draft.gguf"))
+    assert "--spec-type ngram-simple,draft-simple" in " ".join(args) and "-md /m/draft.gguf" in " ".join(args)
+    assert any("auto chose each step's source" in n and "suffix copies left out" in n for n in notes), notes
+    args, notes = server_args(settings(draft="auto", drafter="auto: lookup, suffix"))
+    assert "--spec-type ngram-simple" in " ".join(args) and "-md" not in args
+    assert "the auto ran without a draft model: exported its lookup part only" in notes
     args, notes = server_args(settings(draft="none"))
     assert "--spec-type" not in args and not notes
     args, notes = server_args(settings(k=0))
@@ -132,9 +139,10 @@ needs_server = pytest.mark.skipif(
 
 @needs_server
 def test_the_exported_command_line_starts_a_real_llama_server(tmp_path, smol_path):
-    # prompt lookup, and a draft model (the target itself: always compatible)
+    # prompt lookup
     for st in (settings(target_path=str(smol_path)),
-               settings(target_path=str(smol_path), draft="smollm2-135m", draft_path=str(smol_path), k=4,
+               # auto: lookup and a draft model (the target itself: always compatible)
+               settings(target_path=str(smol_path), draft="auto", draft_path=str(smol_path), k=4,
                         draft_p_min=0.5)):
         line = command_line(st).splitlines()[-1].split()
         assert line[0] == "llama-server"

@@ -32,7 +32,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | str]] = {
     "base": (("__init__.py", "errors.py", "paths.py", "limits.py", "gguf_header.py"), ()),
     "machine": (("telemetry/",), ("base",)),
     "contract": (("events.py", "commands_registry.py"), ("machine", "base")),
-    "judging": (("health.py", "requests.py"), ("contract", "base")),
+    "judging": (("health.py", "requests.py", "plain_rate.py"), ("contract", "base")),
     "engine": (("engine/",), ("contract", "machine", "base")),
     "servers": (("remote/",), ("contract", "base")),
     "models": (("models/",), ("engine", "base")),

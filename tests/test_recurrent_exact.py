@@ -219,13 +219,13 @@ def test_snapshots_for_the_largest_k(lfm2_path, lfm2_draft_path, near_ties):
 
 
 def test_greedy_adaptive_k_is_plain_decoding(fx, near_ties):
-    """Adaptive K with each drafter. On a checkpoint target the controller may rightly
+    """Adaptive K with each drafter, auto (the default) included. On a checkpoint target the controller may rightly
     decline a source (a rejection costs a restore and a replay as dear as a verify batch
     on these tiny models), so drafting and a rejection are required of the three together."""
     session = fx.session
     drafted = rejected = 0
     notices: list[str] = []
-    for drafter in (str(fx.draft), "lookup", "chain"):
+    for drafter in (str(fx.draft), "lookup", "chain", "auto"):
         apply(session, E.SetDrafter(drafter), E.SetAdaptive(True))
         try:
             steps, events = run(session, fx.prompt)

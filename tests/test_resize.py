@@ -179,3 +179,23 @@ async def test_resize_storm_during_generation(tmp_path, smol_path):
         await until(pilot, lambda: len(steps(recorders[0])) > n_steps + 5, "generation went on through the storm")
     assert checked == len(sizes())
     assert not app._exception  # nothing raised inside the app
+
+
+def test_under_auto_the_status_line_names_the_source_that_drafted():
+    """auto chooses the source each step: the status line says which drafted the last
+    one, in full where there is room and the source alone where there is not."""
+    state = DashState()
+    state.feed(E.StatusEvent("running"))
+    state.feed(E.SettingsEvent("engine", "qwen2.5-coder-1.5b", "auto: lookup, suffix, qwen2.5-coder-0.5b",
+                               draft="auto", k=4, adaptive=True))
+
+    def line(width: int) -> str:
+        return SEPARATOR.join(status_parts(state, ("", ""), width)[0])
+
+    assert line(120).split(" │ ")[1] == "qwen2.5-coder-1.5b ← auto"  # no step yet: nothing drafted
+    for drafter, word in (("lookup", "lookup"), ("suffix", "suffix"), ("draft", "model"), ("none", "plain")):
+        state.feed(E.StepEvent(1, 4, drafter, 4 if drafter != "none" else 0, 2, [1, 2, 3], ["a", "b", "c"],
+                               [True, True, False], 1.0, 2.0, 0.1, 3, 3, 2.0))
+        assert f"qwen2.5-coder-1.5b ← auto·{word}" in line(120), line(120)
+        narrow = line(80)
+        assert cell_len(narrow) + PADDING <= 80 and re.search(rf"← (auto·)?{word}\b", narrow), narrow

@@ -298,6 +298,13 @@ def test_greedy_output_is_plain_decoding(pair_runs, near_ties, target, draft, n,
     got = [t for ev in steps for t in ev.tokens]
     assert {ev.drafter for ev in steps} <= {SOURCE, "none"}
     ACCEPTED[f"{target}+{draft}"] = ACCEPTED.get(f"{target}+{draft}", 0) + sum(ev.accepted for ev in steps)
+    check_plain(reference, tgt, prompt, got, n, f"{name} on {target}+{draft}", near_ties,
+                f"translated {target}+{draft} {name}")
+
+
+def check_plain(reference, tgt, prompt, got, n, what, near_ties, label) -> None:
+    """`got` is plain decoding's, or off its path only at near-ties (each token the
+    target's argmax given the ones before it, or within F.TIE_GAP of it)."""
     plain = reference.plain(prompt, n, None)
     if got == plain[: len(got)] and (len(got) == n or tgt.is_eog(plain[len(got)])):
         return
@@ -309,11 +316,36 @@ def test_greedy_output_is_plain_decoding(pair_runs, near_ties, target, draft, n,
     for pos in positions:
         want, gap = verdicts[pos]
         if full[pos] != want:
-            assert gap < F.TIE_GAP, (f"{name} on {target}+{draft}: token {pos - len(prompt)} is {full[pos]}, "
+            assert gap < F.TIE_GAP, (f"{what}: token {pos - len(prompt)} is {full[pos]}, "
                                      f"the target's argmax is {want} (top-two gap {gap:.3f})")
             ties.append(gap)
-    near_ties.append(f"translated {target}+{draft} {name}: {len(ties)} near-tie mismatches "
-                     f"(gaps {', '.join(f'{g:.3f}' for g in ties)})")
+    near_ties.append(f"{label}: {len(ties)} near-tie mismatches (gaps {', '.join(f'{g:.3f}' for g in ties)})")
+
+
+def test_greedy_output_under_auto_with_a_translated_model_is_plain_decoding(pair_runs, near_ties):
+    """auto (the default) with a translated draft model beside the copies, adaptive K:
+    greedy output is still plain decoding's, whichever source drafts each step."""
+    session, reference = pair_runs("qwen2.5-coder-1.5b", "gemma3-270m")
+    engine, tgt = session.engine, session.engine.target
+    for cmd in (E.SetDrafter("auto"), E.SetAdaptive(True)):
+        engine.send(cmd)
+    list(engine.apply_pending())
+    sources: set[str] = set()
+    try:
+        assert engine.drafter.name == "auto" and any(  # type: ignore[attr-defined]
+            isinstance(getattr(p, "inner", p), TranslatedDrafter) for p in engine.drafter.parts())
+        for name, text, chat in (PROMPTS[1], PROMPTS[4]):
+            prompt = tgt.tokenize(tgt.chat_prompt(text) if chat else text)
+            steps = [ev for ev in engine.generate(prompt, 32) if isinstance(ev, E.StepEvent)]
+            sources |= {ev.drafter for ev in steps if ev.drafted}
+            check_plain(reference, tgt, prompt, [t for ev in steps for t in ev.tokens], 32,
+                        f"auto {name} on qwen2.5-coder-1.5b+gemma3-270m", near_ties,
+                        f"auto (translated gemma3-270m) {name}")
+    finally:
+        for cmd in (E.SetAdaptive(False), E.SetDrafter("gemma3-270m")):
+            engine.send(cmd)
+        list(engine.apply_pending())
+    assert sources, "auto never drafted: the check above had nothing to check"
 
 
 def test_translated_drafts_were_accepted():

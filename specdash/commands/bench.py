@@ -71,8 +71,9 @@ def register(subparsers) -> None:
     p.add_argument("--experts", dest="expert_counts", type=_experts_list, default=None, metavar="LIST",
                    help="MoE targets: run the whole bench once per active-expert count, "
                    "comma-separated, each in 1..expert_count (e.g. 1,2,4,8); the target reloads for each")
-    p.add_argument("--drafters", type=_drafter_list, default=["draft", "lookup"], metavar="LIST",
-                   help=f"draft sources, comma-separated from {', '.join(DRAFTER_CHOICES)} (default draft,lookup)")
+    p.add_argument("--drafters", type=_drafter_list, default=["auto", "draft", "lookup"], metavar="LIST",
+                   help=f"draft sources, comma-separated from {', '.join(DRAFTER_CHOICES)} (default auto,draft,lookup: "
+                   "the default source beside the draft model and prompt lookup alone)")
     # Its own dest: the shared config key prompt_file is one string, this is a list.
     p.add_argument("--prompt-file", dest="prompt_files", action="append", metavar="FILE",
                    help="a prompt file (repeatable); replaces the built-in set")
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
             assert counted is not None  # expert_key refused a dense model above
             default_used = counted[0]
             reference = default_used if default_used in counts else max(counts)
-        if "draft" in args.drafters or "chain" in args.drafters:
+        if {"draft", "chain", "auto"} & set(args.drafters):
             session.make_drafter(draft_model)  # load and check it once, before timing anything
         drafters = {name: draft_model if name == "draft" else name for name in args.drafters}
         configs = configs_for(args.drafters, ks, with_adaptive)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from specdash.engine.stats import SpecCounters
 from specdash.events import CountersEvent, Event, PrefillEvent, SettingsEvent, StepEvent, Summary
+from specdash.plain_rate import PlainRate
 
 # Settings whose change is a hot-swap worth a marker on the time charts, with the short
 # label the marker carries.
@@ -77,7 +78,7 @@ class LiveStats:
         self.recent: deque[StepEvent | CountersEvent] = deque(maxlen=recent_steps)
         self._recent_dt: deque[tuple[float, int]] = deque()  # (decode seconds, tokens)
         self._recent_dt_sum = 0.0
-        self._plain: deque[float] = deque(maxlen=plain_steps)  # seconds per token, K=0 steps
+        self._plain = PlainRate(plain_steps)  # the one estimator health's rule reads too
         self._run_dt, self._run_tokens = 0.0, 0  # this prompt's steady-state steps (tokens_per_s)
         self._prev_t: float | None = None
         self.settings: SettingsEvent | None = None
@@ -92,6 +93,7 @@ class LiveStats:
 
     # --- feeding ---------------------------------------------------------------------
     def feed(self, ev: Event) -> None:
+        self._plain.feed(ev)
         match ev:
             case StepEvent():
                 self._step(ev)
@@ -157,10 +159,6 @@ class LiveStats:
         self.last_step = ev
         self.idle = False
 
-        # The first step of a stretch is timed differently (its own cost, which includes
-        # warm-up right after prefill), so the reference takes only steady-state steps.
-        if ev.k == 0 and ev.drafted == 0 and not first_of_stretch and n:
-            self._plain.append(dt / n)
         if run_ended:  # kept until now: while the next prompt prefills, the last run shows
             self._run_dt, self._run_tokens = 0.0, 0
         if not first_of_stretch:
@@ -202,20 +200,9 @@ class LiveStats:
 
     @property
     def plain_tokens_per_s(self) -> float | None:
-        """Plain-decoding speed measured on this machine, over the last `plain_steps`
-        steps that ran at K=0 without a draft (the engine's calibration steps, or the
-        operator's K=0): their tokens over their time, as every tok/s here is, leaving out
-        steps over twice the median (the first steps of a process fault the mmapped
-        weights in and can be 10x slower). Not the median itself: step times skew slow on
-        a busy host, and a plain run's tok/s (a mean) then read 0.90-0.98x of it."""
-        if not self._plain:
-            return None
-        ordered = sorted(self._plain)
-        mid = len(ordered) // 2
-        median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-        kept = [x for x in ordered if x <= 2 * median]
-        mean = sum(kept) / len(kept)
-        return 1.0 / mean if mean > 0 else None
+        """Plain-decoding speed measured on this machine (specdash/plain_rate.py), over the
+        last `plain_steps` steps that ran at K=0 without a draft."""
+        return self._plain.tokens_per_s()
 
     def recent_counters(self) -> SpecCounters:
         """SpecCounters over the last `recent_steps` steps: what speculation does now, not

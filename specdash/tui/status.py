@@ -1,5 +1,9 @@
 """The status line: source state, models, K, tok/s, acceptance, fitted to the width.
 
+Under `auto` (the default draft source) the draft part names the source that drafted the
+last step: "qwen2.5-coder-1.5b ← auto·lookup" ("model" for the draft model, "plain" for
+a step without a draft); short of room, the source alone ("← lookup").
+
 What an operator watches (K, tok/s, acceptance) never gives way, nor does a health alarm
 (`⚠ collapse`: specdash/health.py) until the last, most compact form. "healthy" is the
 first part to give way as the terminal narrows; then the rest, in this order: weight repacking where it is not on (the help
@@ -38,6 +42,10 @@ PADDING = 2  # StatusLine's padding: one column each side
 MIN_COLUMNS = 40
 
 
+# A step's source as the status line names it under auto (StepEvent.drafter's words).
+SOURCE_WORDS = {"draft": "model", "xvocab": "model", "none": "plain"}
+
+
 def clock(seconds: float) -> str:
     m, s = divmod(int(seconds), 60)
     return f"{m}:{s:02d}"
@@ -45,6 +53,13 @@ def clock(seconds: float) -> str:
 
 def short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def short_source(draft: str, width: int) -> str:
+    """`short`, but "auto·lookup" short of room keeps the source that drafted ("lookup")."""
+    if len(draft) > width and "·" in draft:
+        draft = draft.split("·", 1)[1]
+    return short(draft, width)
 
 
 def model_name(spec: str) -> str:
@@ -64,6 +79,10 @@ def status_parts(state: DashState, fallback: tuple[str, str], width: int) -> tup
         style = "bold $accent" if r.playing else "bold $warning"
     icon = label.split()[0] if label.split() else label
     target, draft = (model_name(st.target), st.drafter) if st else fallback
+    if st is not None and st.draft == "auto":
+        # auto chooses each step: name the source that drafted the last one.
+        source = SOURCE_WORDS.get(step.drafter, step.drafter) if step is not None else ""
+        draft = f"auto·{source}" if source else "auto"
     k_now = state.k_in_force()
     k_text = "?" if k_now is None else str(k_now)
     tps = state.stats.tokens_per_s
@@ -103,7 +122,7 @@ def status_parts(state: DashState, fallback: tuple[str, str], width: int) -> tup
         k_part, *rest = numbers(False) if st is not None else ["", *numbers(False)]
         parts = [label]
         if target or draft:  # none before a source that brings its own settings reports them
-            parts.append(f"{short(target, names[0])} ← {short(draft, names[1])}")
+            parts.append(f"{short(target, names[0])} ← {short_source(draft, names[1])}")
         if st is not None:
             parts.append(k_part)
         parts += [v for k in ("temp", "experts") if (v := shown.get(k))]

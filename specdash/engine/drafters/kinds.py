@@ -91,8 +91,7 @@ def _auto(parts: Parts) -> Drafter:
     return AutoDrafter([parts.lookup(), parts.suffix(), *([model] if model is not None else [])])
 
 
-register(DrafterKind("auto", "each step the source with the best expected speed: a lookup or suffix copy "
-                             "where one matches and pays, the draft model where it pays, else none",
+register(DrafterKind("auto", "each step the fastest: a lookup or suffix copy, the draft model, or none",
                      _auto, frozenset({"lookup", "suffix"}) | MODEL_SOURCES))
 register(DrafterKind("lookup", "prompt lookup: copy what followed the recent n-gram (free)",
                      Parts.lookup, frozenset({"lookup"})))
