@@ -328,7 +328,7 @@ class MtpDrafter:
                 self._embd[0] = row
                 self._decode(1, pos0 + i, output_last=True)
                 logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, 0), shape=(self.n_vocab,))
-                tok = int(np.argmax(logits))
+                tok = self._pick(logits)
                 if cut.active and cut.stop(top_k_share(logits, TOP_K)):
                     break
                 out.append(tok)
@@ -341,6 +341,11 @@ class MtpDrafter:
         finally:
             self._cut(pos0)  # the draft's own entries leave (llama-server does it after drafting)
         return out
+
+    def _pick(self, logits: np.ndarray) -> int:
+        """The drafted token: the head's argmax (llama.cpp's draft-mtp drafts greedily at
+        any temperature; verification then treats the draft as one-hot, which is exact)."""
+        return int(np.argmax(logits))
 
     def catch_up_ms(self, tokens: Sequence[int]) -> float:
         """What the next propose() would spend feeding the head entries committed while it

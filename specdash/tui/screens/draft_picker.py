@@ -101,6 +101,12 @@ def _mtp_choice(target_path: str | None) -> DraftChoice | None:
         return None
     if not head.layers:
         return None
+    from specdash.engine.drafters.mtp import MtpUnavailable, staging_api
+
+    try:
+        staging_api()  # the bindings this llama-cpp-python has (the head's hand-off is a staging API)
+    except MtpUnavailable as exc:
+        return DraftChoice("mtp", "mtp", f"{KINDS['mtp'].help} · {head.describe()}", False, f"unavailable: {exc}")
     return DraftChoice("mtp", "mtp", f"{KINDS['mtp'].help} · {head.describe()}", True)
 
 
