@@ -479,3 +479,45 @@ def test_models_scan_and_pairs_say_mtp_head(qwen35_mtp_path, qwen35_nohead_path,
     assert "".join(table.stdout.split()).count("MTPhead:1layer") == 1  # (a narrow table wraps its notes)
     pairs = specdash("models", "pairs", str(qwen35_mtp_path), str(shelf))
     assert "MTP head: 1 layer: it drafts for itself (--draft mtp), no draft model needed" in pairs.stdout
+
+
+# --- attach: a llama-server drafting with draft-mtp --------------------------------------------------
+
+
+def test_attach_names_a_draft_mtp_server_and_shows_its_acceptance(qwen35_mtp_path, tmp_path):
+    """`specdash attach` on llama-server --spec-type draft-mtp: the drafter is named from
+    the slot's task params (/props' generation settings are the defaults, not the
+    server's: they say "none"), and drive mode's steps give its acceptance per position."""
+    import httpx
+
+    from conftest_remote import LlamaServer, free_port, need_binary
+    from specdash.sources.remote import RemoteSource
+
+    server = LlamaServer(need_binary(), qwen35_mtp_path, free_port(),
+                         ["--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "-np", "1"], tmp_path / "server.log")
+    server.start()
+    events: list[E.Event] = []
+    source = RemoteSource(server.url, interval=0.3, max_tokens=40)
+    try:
+        props = httpx.get(server.url + "/props", timeout=10).json()
+        assert props["default_generation_settings"]["params"]["speculative.types"] == "none"
+        source.start(events.append)
+        source.send(E.NewPrompt(PROMPT, "fox"))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(isinstance(e, E.Summary) for e in events):
+            time.sleep(0.1)
+        summary = next(e for e in events if isinstance(e, E.Summary))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(
+                isinstance(e, E.SettingsEvent) and e.drafter == "draft-mtp" for e in events):
+            time.sleep(0.1)
+    finally:
+        source.close()
+        server.stop()
+    named = [e for e in events if isinstance(e, E.SettingsEvent) and e.drafter == "draft-mtp"]
+    assert named, [e.drafter for e in events if isinstance(e, E.SettingsEvent)]
+    steps = [e for e in events if isinstance(e, E.StepEvent)]
+    assert summary.num_draft_tokens > summary.num_accepted_tokens > 0
+    assert sum(s.drafted for s in steps) == summary.num_draft_tokens
+    per_pos = summary.num_accepted_tokens_per_pos
+    assert 0 < len(per_pos) <= 3 and sum(per_pos) == summary.num_accepted_tokens
