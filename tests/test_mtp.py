@@ -521,3 +521,32 @@ def test_attach_names_a_draft_mtp_server_and_shows_its_acceptance(qwen35_mtp_pat
     assert sum(s.drafted for s in steps) == summary.num_draft_tokens
     per_pos = summary.num_accepted_tokens_per_pos
     assert 0 < len(per_pos) <= 3 and sum(per_pos) == summary.num_accepted_tokens
+
+
+def test_the_sweep_sweeps_the_head(qwen35_mtp_path, tmp_path):
+    import json
+
+    out = tmp_path / "sweep.json"
+    proc = specdash("sweep", "--headless", "--raw", "--target", str(qwen35_mtp_path), "--draft", "mtp",
+                    "--threads", "1", "--ks", "0,2,4", "--rounds", "1", "--sweep-tokens", "32", "--json", str(out),
+                    "--prompt", PROMPT)
+    assert_ok(proc)
+    data = json.loads(out.read_text())
+    assert data["drafter"] == "mtp" and [p["k"] for p in data["points"]] == [0, 2, 4]
+    assert all(0 < p["acceptance_rate"] < 1 for p in data["points"][1:])
+
+
+def test_the_picker_lists_the_head_only_for_a_target_that_has_one(qwen35_mtp_path, qwen35_nohead_path, monkeypatch):
+    from specdash.tui.screens.draft_picker import draft_choices
+
+    def mtp_choice(target):
+        return next((c for c in draft_choices(str(target), None) if c.spec == "mtp"), None)
+
+    head = mtp_choice(qwen35_mtp_path)
+    assert head is not None and head.available and "MTP head: 1 layer" in head.description
+    assert [c.spec for c in draft_choices(str(qwen35_mtp_path), None)][:5] == ["lookup", "suffix", "mtp", "chain",
+                                                                                 "none"]
+    assert mtp_choice(qwen35_nohead_path) is None
+    monkeypatch.setenv(HIDE_ENV, "llama_get_ctx_other")
+    hidden = mtp_choice(qwen35_mtp_path)
+    assert hidden is not None and not hidden.available and "lacks llama.cpp's llama_get_ctx_other" in hidden.reason
