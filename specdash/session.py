@@ -194,6 +194,12 @@ class Session:
             return f"{self.target_path.name}: {self._head.describe()}"
         return unavailable_reason(self.target)
 
+    @property
+    def mtp_relative_cost(self) -> float | None:
+        """What a drafted token of the target's MTP head is priced at (its bytes over the
+        target's, from the header); None without a head."""
+        return self._head.relative_cost
+
     def _session_mtp(self) -> MtpDrafter:
         if self._mtp is None:
             s = self._spec

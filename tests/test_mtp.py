@@ -35,13 +35,40 @@ from specdash.engine.engine import Engine
 from specdash.engine.llm import LLM
 from specdash.engine.settings import K_CAP, EngineSettings, SamplingParams
 from specdash.session import Session
-from test_engine_exact import plain_greedy, teacher_forced_gaps
 
 TIE_GAP = 0.5  # logits; the exactness tests' threshold (tests/test_engine_exact.py)
 N_TOKENS = 64
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
 KS = (1, 2, 4, K_CAP)
 GREEDY = SamplingParams(0.0, 0, 1.0)
+
+
+def plain_greedy(llm: LLM, prompt: list[int], n: int) -> list[int]:
+    """Greedy plain decoding, one token per forward pass, up to n tokens or the end."""
+    llm.clear()
+    llm.prefill(prompt[:-1])
+    last, pos, out = prompt[-1], len(prompt) - 1, []
+    for _ in range(n):
+        tok = int(llm.decode([last], pos, logits="last")[0].argmax())
+        if llm.is_eog(tok):
+            break
+        out.append(tok)
+        last, pos = tok, pos + 1
+    return out
+
+
+def teacher_forced_gaps(llm: LLM, prompt: list[int], tokens: list[int]) -> list[tuple[int, float]]:
+    """For each token: the target's argmax given the tokens before it, and its top-two gap."""
+    llm.clear()
+    llm.prefill(prompt[:-1])
+    out = []
+    last, pos = prompt[-1], len(prompt) - 1
+    for tok in tokens:
+        row = llm.decode([last], pos, logits="last")[0]
+        top2 = np.partition(row, -2)[-2:]
+        out.append((int(row.argmax()), float(top2[1] - top2[0])))
+        last, pos = tok, pos + 1
+    return out
 
 
 def settings(target: Path, draft: str = "mtp", k: int = 4, **kw) -> EngineSettings:
@@ -550,3 +577,53 @@ def test_the_picker_lists_the_head_only_for_a_target_that_has_one(qwen35_mtp_pat
     monkeypatch.setenv(HIDE_ENV, "llama_get_ctx_other")
     hidden = mtp_choice(qwen35_mtp_path)
     assert hidden is not None and not hidden.available and "lacks llama.cpp's llama_get_ctx_other" in hidden.reason
+
+
+# --- whatif simulates the head ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("p_joint", [0.0, 0.1])
+def test_whatif_simulates_the_head_step_for_step(qwen35_mtp_path, p_joint):
+    """The head's proposals from every position of the text (whatif/head.py), replayed:
+    at each fixed K the simulated steps draft and accept what a real greedy run does,
+    with and without the joint confidence cut."""
+    from specdash.whatif.profile import Profile
+    from specdash.whatif.simulate import make_drafter, simulate
+    from specdash.whatif.transcript import from_prompt
+
+    flat = Profile(name="test", verify={1: 10.0, 9: 14.0, 33: 26.0}, draft_ms=1.0, free_ms=0.05)
+    s = settings(qwen35_mtp_path, k=0, draft="none", draft_p_joint=p_joint, max_tokens=48)
+    tr, (session, _) = from_prompt(s, PROMPT, None, lambda m: None, head_depth=8)
+    session.close()
+    assert tr.head is not None and len(tr.head.tokens) == len(tr.seq) + 1
+    for k in (1, 2, 4, 8):
+        real = Session(s.replace(draft="mtp", k=k))
+        try:
+            steps, _ = run(real, real.prompt_tokens(PROMPT), 48)
+        finally:
+            real.close()
+        assert tokens_of(steps) == tr.seq[: len(tokens_of(steps))]
+        sim = simulate(tr, make_drafter("mtp", tr, flat, s.replace(k=k)), flat, s.replace(k=k), name="mtp", k=k)
+        got = [(k_, d, a) for k_, d, a, _, _ in sim.trace]
+        assert got == [(ev.k, ev.drafted, ev.accepted) for ev in steps], f"K={k} p_joint={p_joint}"
+        assert sim.accepted > 0 and (p_joint > 0 or sim.drafted > sim.accepted)
+
+
+def test_whatif_cli_includes_the_head_where_the_target_has_one(qwen35_mtp_path, qwen35_nohead_path, tmp_path):
+    import json
+
+    out = tmp_path / "w.json"
+    proc = specdash("whatif", "--raw", "--target", str(qwen35_mtp_path), "--draft", "lookup", "--prompt", PROMPT,
+                    "--max-tokens", "32", "--threads", "1", "--profile", "ci-box", "--ks", "1,2,4", "--json", str(out))
+    assert_ok(proc)
+    report = json.loads(out.read_text())
+    rows = [r for r in report["fixed"] if r["drafter"] == "mtp"]
+    assert [r["k"] for r in rows] == [1, 2, 4] and all(r["accepted"] > 0 for r in rows)
+    assert any(r["drafter"] == "mtp" for r in report["adaptive"])
+    nohead = specdash("whatif", "--raw", "--target", str(qwen35_nohead_path), "--draft", "lookup", "--prompt", PROMPT,
+                      "--max-tokens", "16", "--threads", "1", "--profile", "ci-box", "--ks", "1,2")
+    assert_ok(nohead)
+    assert "mtp: not simulated" in nohead.stderr and "has no MTP head" in nohead.stderr
+    assert_usage_error(specdash("whatif", "--raw", "--target", str(qwen35_nohead_path), "--prompt", PROMPT,
+                                "--max-tokens", "16", "--threads", "1", "--profile", "ci-box", "--drafters", "mtp",
+                                "--ks", "1"), "--drafters mtp:", "has no MTP head")

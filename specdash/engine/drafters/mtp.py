@@ -316,9 +316,11 @@ class MtpDrafter:
         self._after_draft = True
         return Draft(out, None, self.name, prep_ms=self._prep_ms)
 
-    def _draft(self, last: int, pos0: int, h: np.ndarray, k: int) -> list[int]:
+    def _draft(self, last: int, pos0: int, h: np.ndarray, k: int,
+               confidences: list[float] | None = None) -> list[int]:
         """llama.cpp's draft(): from (last token, hidden before it) at pos0, K head steps,
-        each fed the head's own hidden row; its entries are cut afterwards."""
+        each fed the head's own hidden row; its entries are cut afterwards. `confidences`:
+        filled with each drafted token's confidence (top-10 share) when given."""
         cut = JointCut(self.p_min, self.p_joint)
         out: list[int] = []
         tok, row = last, h
@@ -329,8 +331,12 @@ class MtpDrafter:
                 self._decode(1, pos0 + i, output_last=True)
                 logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, 0), shape=(self.n_vocab,))
                 tok = self._pick(logits)
-                if cut.active and cut.stop(top_k_share(logits, TOP_K)):
-                    break
+                if cut.active or confidences is not None:
+                    p = top_k_share(logits, TOP_K)
+                    if cut.active and cut.stop(p):
+                        break
+                    if confidences is not None:
+                        confidences.append(p)
                 out.append(tok)
                 if len(out) == k:
                     break
@@ -341,6 +347,18 @@ class MtpDrafter:
         finally:
             self._cut(pos0)  # the draft's own entries leave (llama-server does it after drafting)
         return out
+
+    def chain(self, tokens: Sequence[int], depth: int) -> tuple[list[int], list[float]]:
+        """What the head drafts from the committed `tokens` at K = `depth` under its cuts,
+        and each token's confidence, wherever the prompt ends (whatif's table of the
+        head's proposals: a draft of K is the first K of it). The target must have
+        decoded tokens[:-1] (its rows are the head's input)."""
+        self._sync(tokens)
+        n_past = len(tokens) - 1
+        if n_past <= 0 or not self._have[n_past - 1]:
+            return [], []
+        conf: list[float] = []
+        return self._draft(int(tokens[-1]), n_past, self._h[n_past - 1], depth, conf), conf
 
     def _pick(self, logits: np.ndarray) -> int:
         """The drafted token: the head's argmax (llama.cpp's draft-mtp drafts greedily at
