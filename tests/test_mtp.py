@@ -226,9 +226,9 @@ def test_greedy_adaptive_k_with_the_head_is_plain_decoding(fx, near_ties):
         ctl = session.engine.controller
         assert isinstance(ctl, CostModelController)
         # The head is priced before its first draft (model_price: its bytes over the target's)...
-        assert ctl._draft_prior == pytest.approx(session._head.relative_cost)
+        assert ctl.model._prior == pytest.approx(session.mtp_relative_cost)
         # ...then measured: a drafted token's cost is the head's decode, not a target step's.
-        measured = ctl._draft_ms.count
+        measured = ctl.model.measured_steps
     finally:
         apply(session, E.SetAdaptive(False), E.SetDrafter("mtp"))
     check_exact(fx, tokens_of(steps), "adaptive", near_ties)
