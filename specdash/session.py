@@ -30,7 +30,7 @@ from specdash.errors import SpecdashError
 from specdash.events import Command, Event
 from specdash.models.compat import check_pair
 from specdash.models.fetch import FetchProgress
-from specdash.models.mtp_info import mtp_head
+from specdash.models.mtp_info import MtpHead, mtp_head
 from specdash.models.registry import DEFAULT_DRAFT, known_names, model_path
 from specdash.models.resolve import resolve_model
 
@@ -57,7 +57,7 @@ class Session:
         self._spec = settings  # what the session was built with; the engine owns what is live
         self._current_draft_path: str | None = None
         self.target_path = self._resolve_path(settings.target)
-        self._head = mtp_head(self.target_path)  # from the header: the head is loaded with the target
+        self._head = self._read_head()  # from the header: the head is loaded with the target
         self._progress(f"loading target {settings.target}", None)
         self.target: LLM = self._load_target(settings.experts)
         self._experts = settings.experts
@@ -93,6 +93,14 @@ class Session:
             self._progress(msg, fp.done / fp.total if fp.total else None)
 
         return Path(resolve_model(spec, progress=on_fetch))
+
+    def _read_head(self) -> MtpHead:
+        """The target's MTP head as its GGUF header declares it; none for a file whose header
+        cannot be read (loading it says why)."""
+        try:
+            return mtp_head(self.target_path)
+        except SpecdashError:
+            return MtpHead(0, 0)
 
     def _load_target(self, experts: int | None) -> LLM:
         s = self._spec

@@ -107,6 +107,12 @@ def unavailable_reason(target: LLM) -> str | None:
                 "many published GGUFs drop the head)")
     if not target.mtp_loaded:
         return f"{name}'s MTP head ({target.n_mtp_layers} layer(s)) was not loaded with the target"
+    if target.n_mtp_layers > 1:
+        # llama.cpp's driver chains them (one head per draft step, each re-decoding the
+        # draft so far under its own layer: llama_set_nextn_layer_offset); not built here,
+        # and no model with chained heads was at hand to check it against.
+        return (f"{name} has {target.n_mtp_layers} chained MTP heads ({target.arch}); only a single head "
+                "drafts here (llama-server --spec-type draft-mtp chains them)")
     return None
 
 
@@ -131,7 +137,7 @@ class MtpDrafter:
         self._batch: Any = None
         self._tok_buf: Any = None
         self._open(target)
-        self.label = "mtp" if self.n_heads == 1 else f"mtp ({self.n_heads} heads)"
+        self.label = "mtp"
         self._kv: list[int] = []  # tokens whose head entries sit in the MTP context, from position 0
         self._committed = 0  # committed length at the last sync (a known common prefix)
         self._start = 0  # first position with an entry (> 0 when built mid-run: no rows before it)
