@@ -139,6 +139,16 @@ def server_run(model: Path, prompt: list[int], k: int, n: int, threads: int, log
                int(timings.get("draft_n_accepted", 0)), head, tokens=[int(t) for t in reply["tokens"]])
 
 
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _mid(values: list[float]) -> str:
     if not values:
         return "-"
@@ -162,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     from specdash.session import Session
 
     lines = [f"$ {shlex.join(['python', 'benchmarks/mtp.py', *(argv if argv is not None else sys.argv[1:])])}",
-             f"machine: {platform.processor() or platform.machine()}, {args.threads} threads both sides; "
+             f"machine: {_cpu()}, {args.threads} threads both sides; "
              f"model {model.name} ({model.stat().st_size / 1e6:.0f} MB, random weights: the acceptance "
              "itself means nothing, only that both engines draft and accept the same)",
              f"prompt {PROMPT!r}, {n} greedy tokens, {rounds} paired rounds per K, a fresh llama-server per run"]
