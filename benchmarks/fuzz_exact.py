@@ -100,8 +100,12 @@ class Pair:
     @property
     def drafters(self) -> tuple[str, ...]:
         """Every drafter kind (engine/drafters/kinds.py: a kind added there is fuzzed with
-        no change here), then the draft models."""
-        return tuple(KINDS) + ((self.draft_model,) if self.draft_model else ()) + self.extra_drafters
+        no change here) the target can run, then the draft models. `mtp` drafts with the
+        target's own head: only a pair whose target has one swaps to it (mtp_pair); on the
+        others it is refused, which tests/test_mtp.py checks."""
+        kinds = tuple(k for k in KINDS if k != "mtp" or "mtp" in self.extra_drafters)
+        return kinds + ((self.draft_model,) if self.draft_model else ()) + \
+            tuple(d for d in self.extra_drafters if d not in kinds)
 
     def session(self, max_tokens: int) -> Session:
         """A session for fuzzing. Its adaptive controller keeps probing (no verdict that

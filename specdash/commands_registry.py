@@ -200,7 +200,7 @@ register(CommandSpec(
     "draft", "the draft source", (SetDrafter,), ("draft", "drafter"),
     "draft=lookup|suffix|mtp|chain|none|MODEL", _parse_draft,
     keys=(Key("d", "d", "pick_draft", "draft",
-              "choose the draft source (model, prompt lookup, suffix, the target's MTP head, chain, none)"),)))
+              "choose the draft source (model, prompt lookup, suffix, chain, none)"),)))
 register(CommandSpec(
     "temp", "sampling: temperature, top-k, top-p", (SetSampling,), ("temp", "temperature"), "temp=T", _parse_temp,
     keys=(Key("t", "t", "set_temperature", "temp", "set the sampling temperature (0 = greedy)"),)))
