@@ -227,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         rel = [x.head_ms / statistics.median(step) for k in ks for x in ours[k] if x.head_ms]
         lines += ["", f"a head token costs {_mid(rel)} of a target step here (specdash; the session priced it at "
                   f"{session.mtp_relative_cost:.2f} from the head's share of the weights)"]
+    lines += ["", "head ms/token: specdash's includes feeding the head the committed tokens' entries; "
+              "llama-server's is its draft time only (its head is fed inside each verify decode)."]
     lines.append("")
     lines.append("drafted and accepted counts: " + ("equal on both sides in every run" if not mismatches else
                                                      "MISMATCH\n  " + "\n  ".join(mismatches)))
