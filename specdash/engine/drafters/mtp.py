@@ -28,11 +28,14 @@ hidden state at q. Rows of rejected drafts and of adaptive K's calibration batch
 positions >= n_past and are overwritten before they are read. Snapshots and checkpoint
 replays of a hybrid target decode committed tokens again: their rows are the same.
 
-What differs from llama-server: it decodes the whole prompt before its first draft;
-specdash prefills all but the last prompt token, so its first step is plain and from the
-second on both are in the same state (same drafts, same counts). llama-server also feeds
-the head every verify row, the rejected ones too, and cuts them afterwards; this feeds
-only committed rows (the same entries, fewer decoded).
+What differs from llama-server: it decodes the whole prompt before its first draft, which
+continues the token sampled after it; specdash prefills all but the last prompt token, so
+the head could draft in the first step already, and does not (the prompt rule in
+propose): its first step is plain, and from the second on both are in the same state
+(same drafts, same counts: tests/test_mtp.py's peer check). llama-server also feeds the
+head every verify row, the rejected ones too, and cuts them afterwards; this feeds only
+committed rows (the same entries, fewer decoded). Only a single head drafts here: a model
+with chained heads (step35) is refused with the reason (llama.cpp chains them).
 
 The hand-off of hidden rows lives in llama.cpp's staging header (src/llama-ext.h: "should
 be considered WIP"); llama-cpp-python binds it in `llama_cpp.llama_cpp_ext`, which says
