@@ -69,7 +69,6 @@ class Transcript:
     # max(k, k_max): on a target with snapshots and no checkpoint a simulated K above k_max
     # is capped where a run at that K could have had more snapshots.
     max_draft: int | None = None
-
     head: HeadChains | None = None  # the target's MTP head drafting from every position (whatif/head.py)
     head_why: str = ""  # why there is none, where the target has no head that can draft
 
