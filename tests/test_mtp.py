@@ -92,14 +92,14 @@ def snapshots_off():
 
 
 class Fixture:
-    def __init__(self, target: Path, rollback: str):
+    def __init__(self, target: Path, rollback: str, draft: str = "mtp"):
         self.target, self.rollback = target, rollback
         ctl = CostModelController(verdict_margin=0.0, probe_every=4)
         if rollback == "snapshots":
-            self.session = Session(settings(target), controller=ctl)
+            self.session = Session(settings(target, draft=draft), controller=ctl)
         else:
             with snapshots_off():
-                self.session = Session(settings(target), controller=ctl)
+                self.session = Session(settings(target, draft=draft), controller=ctl)
         self.prompt = self.session.prompt_tokens(PROMPT)
         self.ref = LLM(target, n_ctx=1024, n_threads=1)
         self._plain: list[int] | None = None
@@ -234,6 +234,29 @@ def test_greedy_adaptive_k_with_the_head_is_plain_decoding(fx, near_ties):
     check_exact(fx, tokens_of(steps), "adaptive", near_ties)
     assert any(s.drafted for s in steps), [ev.message for ev in events if isinstance(ev, E.NoticeEvent)]
     assert measured > 0
+
+
+def test_auto_drafts_with_the_head_and_is_plain_decoding(qwen35_mtp_path, near_ties):
+    """`auto`, the default draft source, takes the target's own head as its model where
+    one is loaded (it costs less than a separate draft model and needs no vocabulary
+    match): the head is one of its parts, it drafts where no copy matches, and greedy
+    output is plain decoding's, at a fixed K and under adaptive K."""
+    assert EngineSettings().draft == "auto" and EngineSettings().draft_model == "default"
+    f = Fixture(qwen35_mtp_path, "snapshots", draft="auto")
+    try:
+        session = f.session
+        assert session.engine.settings_event().drafter == "auto: lookup, suffix, mtp"
+        assert any(isinstance(getattr(p, "inner", None), MtpDrafter) for p in session.engine.drafter.parts())
+        steps, _ = run(session, f.prompt)
+        check_exact(f, tokens_of(steps), "auto K=4", near_ties)
+        drafted = {s.drafter for s in steps if s.drafted}
+        assert "mtp" in drafted and drafted <= {"mtp", "lookup", "suffix"}, drafted
+        assert sum(s.accepted for s in steps if s.drafter == "mtp") > 0
+        apply(session, E.SetAdaptive(True))
+        steps, _ = run(session, f.prompt)
+        check_exact(f, tokens_of(steps), "auto adaptive", near_ties)
+    finally:
+        f.close()
 
 
 # --- the head's own state -------------------------------------------------------------------------
@@ -398,6 +421,8 @@ def test_a_target_without_a_head_refuses_mtp_and_the_others_still_draft(qwen35_n
         # The chain goes on without it (and without a draft model: none fits this vocabulary).
         apply(session, E.SetDrafter("chain"))
         assert session.engine.settings_event().drafter == "chain: lookup → suffix"
+        apply(session, E.SetDrafter("auto"))  # the default: copies only, without a head
+        assert session.engine.settings_event().drafter == "auto: lookup, suffix"
         apply(session, E.SetDrafter("lookup"))
         steps, _ = run(session, session.prompt_tokens(PROMPT))
         assert any(s.drafter == "lookup" and s.drafted for s in steps)
@@ -571,8 +596,8 @@ def test_the_picker_lists_the_head_only_for_a_target_that_has_one(qwen35_mtp_pat
 
     head = mtp_choice(qwen35_mtp_path)
     assert head is not None and head.available and "MTP head: 1 layer" in head.description
-    assert [c.spec for c in draft_choices(str(qwen35_mtp_path), None)][:5] == ["lookup", "suffix", "mtp", "chain",
-                                                                                 "none"]
+    assert [c.spec for c in draft_choices(str(qwen35_mtp_path), None)][:6] == ["auto", "lookup", "suffix", "mtp",
+                                                                                 "chain", "none"]
     assert mtp_choice(qwen35_nohead_path) is None
     monkeypatch.setenv(HIDE_ENV, "llama_get_ctx_other")
     hidden = mtp_choice(qwen35_mtp_path)

@@ -148,9 +148,10 @@ def run(args: argparse.Namespace) -> int:
         model = None  # no need to load it
     if args.drafters and "mtp" in args.drafters and not args.recording:
         _need_head(settings.target)  # before a plain run is generated for nothing
-    # The target's MTP head drafts for `mtp` and ends a chain without a draft model: its
-    # proposals from every position, as far as the largest K simulated (whatif/head.py).
-    head_depth = max(max(args.ks), settings.k_max) if {"mtp", "chain"} & set(kinds) else 0
+    # The target's MTP head drafts for `mtp` and is the model of auto and the chain without
+    # a draft model: its proposals from every position, as far as the largest K simulated
+    # (whatif/head.py).
+    head_depth = max(max(args.ks), settings.k_max) if {"mtp", "chain", "auto"} & set(kinds) else 0
     if args.recording:
         given = {k for k in ("target", "raw", "ctx", "max_tokens") if hasattr(args, k)}
         tr, (session, draft_llm) = from_recording(args.recording, settings, given, model, say, stderr_progress(),

@@ -25,8 +25,9 @@ def predict_sweep(settings: EngineSettings, prompt: str, ks: Sequence[int], max_
     profile = None if profile_spec == "here" else load_profile(profile_spec)
     model = settings.draft if is_model(settings.draft) else None
     s = settings.replace(max_tokens=max_tokens)
-    # The head drafts for `mtp` and ends a chain without a draft model (whatif/head.py).
-    head_depth = max(ks) if settings.draft in ("mtp", "chain") else 0
+    # The head drafts for `mtp` and is the model of auto and a chain without a draft model
+    # (whatif/head.py).
+    head_depth = max(ks) if settings.draft in ("mtp", "chain", "auto") else 0
     tr, (session, draft_llm) = from_prompt(s, prompt, model, say, head_depth=head_depth)
     try:
         if settings.draft == "mtp" and tr.head is None:

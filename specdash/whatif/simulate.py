@@ -280,7 +280,7 @@ def make_drafter(kind: str, tr: Transcript, profile: Profile, settings: EngineSe
         return KINDS[kind].build(Parts(
             settings, free=lambda drafter: TimedFree(drafter, fixed),
             suffix=lambda: Borrowed(TimedFree(SuffixDrafter(), fixed)),
-            # As a session's chain: the draft model named, else the target's own head.
+            # As a session's auto and chain: the draft model named, else the target's own head.
             model=lambda: model() if tr.draft is not None else (head() if tr.head is not None else None),
             head=head))
     return model()

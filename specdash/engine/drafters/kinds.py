@@ -36,8 +36,8 @@ class Parts:
     # profile (whatif). A new model-free kind wraps its drafter in this.
     free: Callable[[Drafter], Drafter]
     suffix: Callable[[], Drafter]  # the suffix drafter: a session lends its one memory of earlier outputs
-    # The draft model a chain ends with; None: there is none. Where no model is named and
-    # the target has an MTP head, the head (a session's chain ends with its own head).
+    # The model source auto and a chain use; None: there is none. Where no model is named and
+    # the target has an MTP head, the head (a session's auto and chain use its own head).
     model: Callable[[], Drafter | None]
     # The target's MTP head (engine/drafters/mtp.py); raises a SpecdashError with the one-line
     # reason where it cannot draft. None: the builder has no head to offer.
@@ -104,8 +104,9 @@ def _auto(parts: Parts) -> Drafter:
 
 
 register(DrafterKind("auto", "each step the source with the best expected speed: a lookup or suffix copy "
-                             "where one matches and pays, the draft model where it pays, else none",
-                     _auto, frozenset({"lookup", "suffix"}) | MODEL_SOURCES))
+                             "where one matches and pays, the draft model (the target's own MTP head where "
+                             "it has one) where it pays, else none",
+                     _auto, frozenset({"lookup", "suffix", "mtp"}) | MODEL_SOURCES))
 register(DrafterKind("lookup", "prompt lookup: copy what followed the recent n-gram (free)",
                      Parts.lookup, frozenset({"lookup"})))
 register(DrafterKind("suffix", "suffix match over the prompt and earlier outputs (free)",
