@@ -3,7 +3,7 @@
 Each schedule starts from random settings and sends random commands at random steps,
 in `run --schedule` syntax, through specdash.schedule (the code `specdash run` uses):
 K changes (0 and above 16 included), drafter swaps (lookup, suffix, chain, none, the
-draft model), adaptive on/off, short pauses, temperature segments, expert-count changes
+draft model, the target's MTP head), adaptive on/off, short pauses, temperature segments, expert-count changes
 on a MoE target, and now and then a command the engine must refuse (K out of range,
 experts on a dense model or beyond the model's count). Then it checks:
 
@@ -100,8 +100,12 @@ class Pair:
     @property
     def drafters(self) -> tuple[str, ...]:
         """Every drafter kind (engine/drafters/kinds.py: a kind added there is fuzzed with
-        no change here), then the draft models."""
-        return tuple(KINDS) + ((self.draft_model,) if self.draft_model else ()) + self.extra_drafters
+        no change here) the target can run, then the draft models. `mtp` drafts with the
+        target's own head: only a pair whose target has one swaps to it (mtp_pair); on the
+        others it is refused, which tests/test_mtp.py checks."""
+        kinds = tuple(k for k in KINDS if k != "mtp" or "mtp" in self.extra_drafters)
+        return kinds + ((self.draft_model,) if self.draft_model else ()) + \
+            tuple(d for d in self.extra_drafters if d not in kinds)
 
     def session(self, max_tokens: int) -> Session:
         """A session for fuzzing. Its adaptive controller keeps probing (no verdict that
@@ -192,6 +196,22 @@ def translated_pair(draft: Path) -> Pair:
     from specdash.models.resolve import resolve_model
 
     return Pair("xvocab", str(resolve_model("smollm2-135m")), "gemma3-270m", extra_drafters=(str(draft),))
+
+
+def mtp_pair(target: Path) -> Pair:
+    """The tiny qwen35 with an MTP head (tests/fixtures/mtp_gguf.py): the target drafts
+    with its own head (`mtp`, swapped to and from like any drafter; the chain ends with
+    it), no draft model. A hybrid: rejected drafts are taken back with snapshots."""
+    return Pair("mtp", str(target), None, raw=True, prompts=RAW_PROMPTS, ctx=512, extra_drafters=("mtp",))
+
+
+def make_mtp(folder: Path) -> Path:
+    spec = importlib.util.spec_from_file_location("mtp_gguf", ROOT / "tests" / "fixtures" / "mtp_gguf.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path: Path = module.fixture_path()
+    return path
 
 
 def moe_pair(moe: Path, draft: Path | None = None) -> Pair:
@@ -601,7 +621,8 @@ def run_schedule(session: Session, reference: Reference, pair: Pair, schedule: F
 def sampled_schedule(pair: Pair) -> list[str]:
     """Temperature throughout, the drafter swapped every few steps (the draft model with
     its own probabilities, the copy drafters one-hot), K and the temperature changed."""
-    model = f"draft={pair.draft_model}" if pair.draft_model else "draft=chain"
+    own = pair.draft_model or (pair.extra_drafters[0] if pair.extra_drafters else None)
+    model = f"draft={own}" if own else "draft=chain"
     return [
         "6: k=6 draft=suffix", f"12: {model} k=3", "18: draft=chain k=8", "24: draft=none",
         "28: draft=lookup k=5 temp=0.7", f"34: {model} k=2", "40: draft=suffix k=12 temp=1.3",
@@ -789,8 +810,9 @@ def _say(line: str, out: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pairs", default="small,default,moe,xvocab",
-                    help="comma-separated: small, default, moe, xvocab (a draft with another vocabulary)")
+    ap.add_argument("--pairs", default="small,default,moe,xvocab,mtp",
+                    help="comma-separated: small, default, moe, xvocab (a draft with another vocabulary), "
+                         "mtp (a qwen35 drafting with its own MTP head)")
     ap.add_argument("--schedules", type=int, default=200, help="schedules per pair (default 200)")
     ap.add_argument("--tokens", type=int, default=48, help="tokens per schedule (default 48)")
     ap.add_argument("--seed-base", type=int, default=0, help="first seed (default 0)")
@@ -812,6 +834,8 @@ def main(argv: list[str] | None = None) -> int:
                 pairs.append(moe_pair(make_moe(folder), make_small_draft(folder)))
             elif name == "xvocab":
                 pairs.append(translated_pair(make_small_draft(folder)))
+            elif name == "mtp":
+                pairs.append(mtp_pair(make_mtp(folder)))
             else:
                 ap.error(f"--pairs: unknown pair {name!r}")
         _say(f"fuzz_exact: {args.schedules} schedules x {args.tokens} tokens per pair, seeds from {args.seed_base}; "

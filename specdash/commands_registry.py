@@ -147,7 +147,7 @@ def _parse_k(word: str, value: str | None, token: str) -> tuple[Command, float]:
 
 
 def _parse_draft(word: str, value: str | None, token: str) -> tuple[Command, float]:
-    return SetDrafter(_needs(value, token, "draft takes a source: draft=lookup|suffix|chain|none|MODEL")), 0.0
+    return SetDrafter(_needs(value, token, "draft takes a source: draft=auto|lookup|suffix|mtp|chain|none|MODEL")), 0.0
 
 
 def _parse_temp(word: str, value: str | None, token: str) -> tuple[Command, float]:
@@ -198,7 +198,7 @@ register(CommandSpec(
           Key("minus", "-", "k_down", "K down", "K down (K=0 is plain decoding)", group="K"))))
 register(CommandSpec(
     "draft", "the draft source", (SetDrafter,), ("draft", "drafter"),
-    "draft=lookup|suffix|chain|none|MODEL", _parse_draft,
+    "draft=auto|lookup|suffix|mtp|chain|none|MODEL", _parse_draft,
     keys=(Key("d", "d", "pick_draft", "draft",
               "choose the draft source (model, prompt lookup, suffix, chain, none)"),)))
 register(CommandSpec(

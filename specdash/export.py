@@ -8,7 +8,9 @@ The mapping, for the llama.cpp vendored with llama-cpp-python (common/arg.cpp):
     lookup                  --spec-type ngram-simple --spec-ngram-simple-size-n N
                             --spec-ngram-simple-size-m K  (N: the longest n-gram matched)
     suffix                  --spec-type ngram-cache (the session's own n-gram cache)
-    chain                   --spec-type ngram-simple,draft-simple with both of the above
+    mtp (the target's head) --spec-type draft-mtp --spec-draft-n-max K [--spec-draft-p-min P]
+    chain                   --spec-type ngram-simple,draft-simple (or ,draft-mtp when the
+                            chain ends with the target's head) with both of the above
     auto                    as the chain, and a note: llama-server has no per-step choice
                             by expected speed, and no suffix copies
     none or K=0             no speculation flags
@@ -59,7 +61,9 @@ def server_args(st: SettingsEvent, *, k: int | None = None) -> tuple[list[str], 
         notes.append(f"these settings use adaptive K; llama-server has none: exported fixed K={k}, the K "
                      "adaptive starts at (choose it with --k N)")
     if k and draft != "none":
-        model = draft if is_model(draft) or draft in ("chain", "auto") else None
+        # The chain's or auto's model is the target's MTP head when the label ends with it.
+        head = draft == "mtp" or (draft in ("chain", "auto") and (st.drafter or "").endswith("mtp"))
+        model = draft if (is_model(draft) or draft in ("chain", "auto")) and not head else None
         types = []
         if draft == "auto":
             notes.append("specdash's auto chose each step's source by expected speed (lookup, suffix, the "
@@ -71,6 +75,16 @@ def server_args(st: SettingsEvent, *, k: int | None = None) -> tuple[list[str], 
                      "--spec-ngram-simple-size-m", str(k)]
         if draft == "suffix":
             types.append("ngram-cache")
+        if head:
+            # llama-server loads the head with the target (load_mtp) when draft-mtp is asked for.
+            types.append("draft-mtp")
+            args += ["--spec-draft-n-max", str(k)]
+            if st.draft_p_min:
+                args += ["--spec-draft-p-min", f"{st.draft_p_min:g}"]
+            if st.draft_p_joint:
+                notes.append(f"draft_p_joint {st.draft_p_joint:g} (stop a draft where the product of the "
+                             "head's top-10 confidences falls below it) has no llama-server flag: exported "
+                             "without it, so its drafts run to K")
         if model is not None:
             if not st.draft_path:
                 if draft in ("chain", "auto"):

@@ -19,6 +19,7 @@ from specdash.engine.controller import CostModelController, KController
 from specdash.engine.detector import ContentDetector
 from specdash.engine.drafters import KINDS, Borrowed, Drafter, Parts, is_model
 from specdash.engine.drafters.draft_model import DraftModelDrafter
+from specdash.engine.drafters.mtp import MtpDrafter, MtpUnavailable, unavailable_reason
 from specdash.engine.drafters.suffix import SuffixDrafter
 from specdash.engine.drafters.translated import TranslatedDrafter
 from specdash.engine.engine import Engine, TargetReloadError
@@ -29,6 +30,7 @@ from specdash.errors import SpecdashError
 from specdash.events import Command, Event
 from specdash.models.compat import check_pair
 from specdash.models.fetch import FetchProgress
+from specdash.models.mtp_info import MtpHead, mtp_head
 from specdash.models.registry import DEFAULT_DRAFT, known_names, model_path
 from specdash.models.resolve import resolve_model
 
@@ -42,15 +44,20 @@ class Session:
         comparisons pass engine.controller.ThresholdController, the baseline rule)."""
         self._progress: Progress = progress or (lambda msg, frac: None)
         self._suffix: SuffixDrafter | None = None  # one per session: it remembers earlier outputs
+        # The target's MTP head, built on first use and lent like the suffix drafter: its
+        # context reads the target's, so there is one per loaded target.
+        self._mtp: MtpDrafter | None = None
         # Loaded once, lent on every swap; a draft with another vocabulary is a TranslatedDrafter.
         self._draft_models: dict[str, DraftModelDrafter | TranslatedDrafter] = {}
-        # The draft model auto and a chain use: the one --draft named, else --draft-model's
-        # (default: the default pair's draft where it fits), else the last one used.
+        # The model source auto and a chain use: the one --draft named (`mtp`: the target's
+        # head), else --draft-model's; with draft_model "default", _chain_draft_model picks
+        # the target's own MTP head where it has one, else the default pair's draft.
         named = settings.draft_model if settings.draft_model not in ("default", "none") else None
-        self._chain_model = settings.draft if is_model(settings.draft) else named
+        self._chain_model = settings.draft if is_model(settings.draft) or settings.draft == "mtp" else named
         self._spec = settings  # what the session was built with; the engine owns what is live
         self._current_draft_path: str | None = None
         self.target_path = self._resolve_path(settings.target)
+        self._head = self._read_head()  # from the header: the head is loaded with the target
         self._progress(f"loading target {settings.target}", None)
         self.target: LLM = self._load_target(settings.experts)
         self._experts = settings.experts
@@ -87,6 +94,14 @@ class Session:
 
         return Path(resolve_model(spec, progress=on_fetch))
 
+    def _read_head(self) -> MtpHead:
+        """The target's MTP head as its GGUF header declares it; none for a file whose header
+        cannot be read (loading it says why)."""
+        try:
+            return mtp_head(self.target_path)
+        except SpecdashError:
+            return MtpHead(0, 0)
+
     def _load_target(self, experts: int | None) -> LLM:
         s = self._spec
         overrides: dict[str, int | float | bool] = {}
@@ -101,20 +116,28 @@ class Session:
         # Recurrent-state snapshots for the longest draft the settings allow, where the
         # architecture has them (llama.cpp ignores it elsewhere; LLM.strategy says which).
         return LLM(self.target_path, n_ctx=s.ctx, n_threads=s.threads, kv_overrides=overrides,
-                   n_rs_seq=max(s.k, s.k_max), repack_setting=s.repack)
+                   n_rs_seq=max(s.k, s.k_max), repack_setting=s.repack, load_mtp=self._head.layers > 0)
 
     def _reload_target(self, n: int) -> LLM:
         """The engine's SetExperts: the target again, with `n` active experts."""
         expert_key(self.target, n)  # refuse before dropping the loaded model
         previous = self._experts
+        if self._mtp is not None:  # its context reads the target's: it goes first
+            self._mtp.close()
         self.target.close()  # first: a large MoE target does not fit in memory twice
         try:
             self.target = self._load_target(n)
         except SpecdashError as exc:  # e.g. out of memory: get back to what was running
             self.target = self._load_target(previous)
+            self._rebind_mtp()
             raise TargetReloadError(f"{exc}; kept {previous or 'the default'} experts", self.target)
         self._experts = n
+        self._rebind_mtp()
         return self.target
+
+    def _rebind_mtp(self) -> None:
+        if self._mtp is not None:
+            self._mtp.rebind(self.target)
 
     def expert_info(self) -> tuple[int, int] | None:
         """(active, total) experts per token of the loaded target; None for a dense model."""
@@ -129,19 +152,34 @@ class Session:
         if spec in KINDS:
             self._current_draft_path = None  # until a chain takes a draft model
             parts = Parts(self._spec, free=lambda drafter: drafter,
-                          suffix=lambda: Borrowed(self._session_suffix()), model=self._chain_draft_model)
-            return KINDS[spec].build(parts)
+                          suffix=lambda: Borrowed(self._session_suffix()), model=self._chain_draft_model,
+                          head=lambda: Borrowed(self._session_mtp()))
+            drafter = KINDS[spec].build(parts)
+            if spec == "mtp":
+                self._chain_model = "mtp"  # the chain ends with what was used last
+            return drafter
         drafter = Borrowed(self._draft_model(spec))
         self._chain_model = spec
         self._current_draft_path = str(self._draft_models[spec].llm.path)
         return drafter
 
     def _chain_draft_model(self) -> Drafter | None:
-        """The draft model auto or a chain drafts with: the last one named, else (draft_model
-        "default") the default draft if it is cached and shares this target's vocabulary
-        (a translated default would cost more than it could pay here); None otherwise."""
+        """The model auto or a chain drafts with: the last one named (`mtp`: the target's
+        head), else (draft_model "default") the target's own MTP head where one is loaded (it
+        costs less than a separate model and needs no vocabulary match), else the default
+        draft if it is cached and shares this target's vocabulary (a translated default would
+        cost more than it could pay here); None otherwise."""
         model = self._chain_model
-        if model is None and self._spec.draft_model == "default" and model_path(DEFAULT_DRAFT).is_file() \
+        default = self._spec.draft_model == "default"
+        if model is None and default and self.mtp_unavailable() is None:
+            try:
+                self._session_mtp()
+                model = "mtp"
+            except MtpUnavailable:
+                pass  # (a staging symbol missing) as without a head
+        if model == "mtp":
+            return Borrowed(self._session_mtp())
+        if model is None and default and model_path(DEFAULT_DRAFT).is_file() \
                 and check_pair(self.target_path, model_path(DEFAULT_DRAFT)).compatible:
             try:
                 self._draft_model(DEFAULT_DRAFT)
@@ -153,6 +191,35 @@ class Session:
         drafter = Borrowed(self._draft_model(model))
         self._current_draft_path = str(self._draft_models[model].llm.path)
         return drafter
+
+    def mtp_unavailable(self) -> str | None:
+        """Why `mtp` cannot draft for this session's target (one line), or None. The staging
+        API is looked up when the drafter is first built: before that this may say None and
+        the build still fail, naming the missing symbol."""
+        if self._mtp is not None:
+            return None
+        if self._head.declared and not self._head.layers:
+            return f"{self.target_path.name}: {self._head.describe()}"
+        return unavailable_reason(self.target)
+
+    @property
+    def mtp_relative_cost(self) -> float | None:
+        """What a drafted token of the target's MTP head is priced at (its bytes over the
+        target's, from the header); None without a head."""
+        return self._head.relative_cost
+
+    def _session_mtp(self) -> MtpDrafter:
+        if self._mtp is None:
+            s = self._spec
+            try:
+                why = self.mtp_unavailable()
+                if why:
+                    raise MtpUnavailable(why)
+                self._mtp = MtpDrafter(self.target, p_min=s.draft_p_min, p_joint=s.draft_p_joint,
+                                       relative_cost=self._head.relative_cost)
+            except MtpUnavailable as exc:
+                raise MtpUnavailable(f"mtp unavailable: {exc}") from None
+        return self._mtp
 
     def _session_suffix(self) -> SuffixDrafter:
         if self._suffix is None:
@@ -210,4 +277,6 @@ class Session:
             drafter.close()
         if self._suffix is not None:
             self._suffix.close()
+        if self._mtp is not None:
+            self._mtp.close()
         self.engine.target.close()

@@ -206,3 +206,41 @@ def hybrid_ckpt_path():
 def hybrid_ckpt_draft_path():
     m = _recurrent_gguf()
     return m.fixture_path("granitehybrid", perturb=m.DRAFT_PERTURB)
+
+
+# ------------------------------------------------------- MTP-head fixtures (issue 33)
+# A random-weight qwen35 with a multi-token-prediction head, written on first use into
+# <cache>/fixtures by tests/fixtures/mtp_gguf.py (keyed by a hash of its parameters).
+
+def _mtp_gguf():
+    """tests/fixtures/mtp_gguf.py, loaded by path (as _recurrent_gguf)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    name = "mtp_gguf"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "fixtures" / f"{name}.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def mtp_gguf():
+    """The MTP fixture builder module (fixture_path, write_fixture, shape_of...)."""
+    return _mtp_gguf()
+
+
+@pytest.fixture(scope="session")
+def qwen35_mtp_path():
+    """Hybrid qwen35 (gated delta net + attention, recurrent-state snapshots) with one MTP head."""
+    return _mtp_gguf().fixture_path()
+
+
+@pytest.fixture(scope="session")
+def qwen35_nohead_path():
+    """The same trunk without its head (a GGUF converted with --no-mtp)."""
+    return _mtp_gguf().fixture_path(head=False)

@@ -190,7 +190,11 @@ def test_every_kind_drafts_only_as_its_declared_sources():
 
     tr = _transcript([5, 5, 5, 6])
     n = len(tr.seq) + 1
-    tr = dataclasses.replace(tr, draft=Forced(np.array(tr.seq + [7]), np.ones(n), np.ones(n)), draft_name="d")
+    from specdash.whatif.head import HeadChains
+
+    chains = [[5, 6]] * n  # the MTP head's proposals from each position (whatif/head.py)
+    tr = dataclasses.replace(tr, draft=Forced(np.array(tr.seq + [7]), np.ones(n), np.ones(n)), draft_name="d",
+                             head=HeadChains(chains, [[0.9, 0.9]] * n, 2, 0.1))
     profile, s = load_profile("ci-box"), EngineSettings(target="t", draft="lookup")
     for name, kind in KINDS.items():
         drafter = make_drafter(name, tr, profile, s)

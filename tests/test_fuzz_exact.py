@@ -322,3 +322,51 @@ def test_pit_is_uniform_for_draws_from_p():
     assert d <= bound
     skewed = [F.pit(p, int(np.argmax(p)), rng.random()) for _ in range(4000)]  # always the top token
     assert F.uniformity(skewed)[0] > bound
+
+
+# --- the target's own MTP head (issue 33) -----------------------------------------------------
+
+MTP_TOKENS = 48
+
+
+@pytest.fixture(scope="module")
+def mtp(qwen35_mtp_path):
+    """The qwen35 fixture drafting with its own MTP head: `mtp` is swapped to and from
+    mid-run (and ends the chain), a hybrid whose rejected drafts snapshots take back."""
+    pair = F.mtp_pair(qwen35_mtp_path)
+    session, reference = pair.session(MTP_TOKENS), F.Reference(pair)
+    yield pair, session, reference
+    reference.close()
+    session.close()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fuzz_mtp_head_swaps(mtp, near_ties, seed):
+    pair, session, reference = mtp
+    result = check(pair, session, reference, seed, MTP_TOKENS, near_ties)
+    if seed == 0:
+        # A fixed schedule on top: to and from the head several times, mid-run.
+        schedule = F.FuzzSchedule(200, "mtp", pair.prompts[1], F.Start(k=3, draft="mtp", adaptive=False),
+                                  ["3: draft=lookup", "5: draft=mtp k=5", "8: draft=suffix", "10: draft=mtp k=2",
+                                   "12: draft=chain", "15: adaptive=on", "18: adaptive=off draft=none",
+                                   "20: draft=mtp k=4"])
+        result = F.run_schedule(session, reference, pair, schedule, MTP_TOKENS)
+        RESULTS.append(result)
+        assert result.ok, result.report()
+        assert result.sources["mtp"] > 0, result.sources
+
+
+def test_sampled_swaps_to_and_from_the_head_keep_the_target_distribution(mtp):
+    """The statistical test with the head in the drafter-swapping schedule (draft=mtp in
+    place of a draft model): committed tokens follow the target's distribution and the
+    head's (one-hot) drafts are accepted as often as the rule says."""
+    pair, session, _ = mtp
+    stats = F.sampled_stats(session, pair, SAMPLED_RUNS)
+    d, bound = F.uniformity(stats.pit)
+    z = F.acceptance_z(stats.accepted)
+    print(f"\nmtp sampled: {len(stats.pit)} tokens, KS {d:.4f} (bound {bound:.4f}); {len(stats.accepted)} drafted "
+          f"positions {dict(stats.sources)}, acceptance z {z:+.2f}")
+    assert stats.sources["mtp"] > 0, stats.sources
+    assert len(stats.pit) >= 300
+    assert d <= bound, f"committed tokens do not follow the target: KS {d:.4f} > {bound:.4f}"
+    assert abs(z) <= F.Z_MAX, f"drafts accepted {z:+.2f} standard deviations off the rule"

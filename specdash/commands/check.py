@@ -25,11 +25,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "draft tokens: KV cache; recurrent-state snapshots (llama.cpp n_rs_seq, for the "
             "hybrid architectures llama.cpp supports); or checkpoint + replay (every other "
             "recurrent or hybrid model), with the memory it takes. "
+            "A target whose GGUF keeps a multi-token-prediction head drafts for itself: "
+            "`check TARGET` (or `check TARGET mtp`) says whether its head can draft here. "
             "Exit 0 compatible, 1 not (by llama.cpp's rules), 2 bad input."
         ),
     )
     parser.add_argument("target", metavar="TARGET", help="target model: a known name or a GGUF path")
-    parser.add_argument("draft", metavar="DRAFT", help="draft model: a known name or a GGUF path")
+    parser.add_argument("draft", metavar="DRAFT", nargs="?",
+                        help="draft model: a known name or a GGUF path; `mtp` (or nothing) for the "
+                             "target's own multi-token-prediction head")
     parser.set_defaults(func=run)
 
 
@@ -39,11 +43,16 @@ def run(args: argparse.Namespace) -> int:
 
     with fetch_progress_bar() as bar:
         target = resolve_model(args.target, progress=bar)
+        if args.draft in (None, "mtp"):
+            return _check_head(target, named=args.draft == "mtp")
         draft = resolve_model(args.draft, progress=bar)
     report = check_pair(target, draft)
 
     out = stdout_console()
     out.print(f"target {target}\ndraft  {draft}")
+    head = _head_line(target)
+    if head:
+        out.print(f"target {head}", soft_wrap=True)
     width = max(len(r.name) for r in report.rules)
     for rule in report.rules:
         line = Text()
@@ -65,6 +74,50 @@ def run(args: argparse.Namespace) -> int:
         ratio = Path(draft).stat().st_size / max(Path(target).stat().st_size, 1)
         out.print(Text(f"specdash {translation_note(ratio)} (refuse with --no-translate)", style="yellow"))
     return 1
+
+
+def _head_line(target: object) -> str:
+    """"MTP head: N layer(s) (...)" for a target that keeps one, else ""."""
+    from specdash.models.mtp_info import mtp_head
+
+    head = mtp_head(str(target))
+    if head.layers:
+        return f"{head.describe()}: it drafts for itself (--draft mtp), no draft model needed"
+    return head.describe()
+
+
+def _check_head(target: object, *, named: bool) -> int:
+    """`check TARGET [mtp]`: can the target draft with its own MTP head here? Exit 0 yes,
+    1 no (the one-line reason); without a head and without `mtp` named, a usage error."""
+    from specdash.engine.drafters.mtp import MtpUnavailable, staging_api
+    from specdash.errors import SpecdashError
+    from specdash.models.mtp_info import mtp_head
+
+    head = mtp_head(str(target))
+    if not head.layers and not named:
+        raise SpecdashError(f"check {target}: give a DRAFT model to check against it; the target has no "
+                            "MTP head to draft for itself")
+    out = stdout_console()
+    out.print(f"target {target}\ndraft  mtp (the target's own head)")
+    out.print(f"target {_rollback(target)}", soft_wrap=True)
+    why = ""
+    if not head.layers:
+        why = (f"{Path(str(target)).name}: {head.describe()}" if head.declared else
+               f"{Path(str(target)).name} has no MTP head (nextn_predict_layers is absent or 0; many "
+               "published GGUFs drop the head)")
+    else:
+        out.print(f"target {head.describe()}", soft_wrap=True)
+        try:
+            staging_api()
+        except MtpUnavailable as exc:
+            why = str(exc)
+    if why:
+        out.print(Text(f"mtp unavailable: {why}", style="red"), soft_wrap=True)
+        return 1
+    cost = head.relative_cost
+    priced = f" (a drafted token reads {cost:.0%} of a target step's weights)" if cost is not None else ""
+    out.print(Text(f"compatible: the target drafts with its own MTP head{priced}", style="green"), soft_wrap=True)
+    return 0
 
 
 def _rollback(path: object) -> str:

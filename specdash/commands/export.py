@@ -59,9 +59,14 @@ def settings_event(settings):
 
     target = resolve_model(settings.target, fetch=False)
     draft_path = str(resolve_model(settings.draft, fetch=False)) if is_model(settings.draft) else None
+    drafter = settings.draft
     if settings.draft == "chain":
+        from specdash.models.mtp_info import mtp_head
         from specdash.models.registry import DEFAULT_DRAFT, model_path
 
-        draft_path = str(model_path(DEFAULT_DRAFT)) if model_path(DEFAULT_DRAFT).is_file() else None
-    return SettingsEvent(source="engine", drafter=settings.draft, target_path=str(target),
+        if mtp_head(target).layers:  # the session's chain ends with the target's own head
+            drafter, draft_path = "chain: lookup → suffix → mtp", None
+        else:
+            draft_path = str(model_path(DEFAULT_DRAFT)) if model_path(DEFAULT_DRAFT).is_file() else None
+    return SettingsEvent(source="engine", drafter=drafter, target_path=str(target),
                          draft_path=draft_path, **settings.flat())

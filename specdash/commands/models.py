@@ -456,6 +456,9 @@ def _print_pairs(report: PairsReport) -> None:
               + (f", {', '.join(t.notes())}" if t.notes() else ""))
     if t.state:
         out.print(f"  {report.rollback}", soft_wrap=True)
+    if t.mtp_layers:
+        out.print(f"  MTP head: {t.mtp_layers} layer{'s' * (t.mtp_layers != 1)}: it drafts for itself "
+                  "(--draft mtp), no draft model needed", soft_wrap=True)
     for w in report.warnings:
         out.print(Text(f"warning: {w}", style="yellow"))
     good, translated = report.compatible(), report.translated()

@@ -48,6 +48,19 @@ def _kinds(text: str) -> list[str]:
     return kinds
 
 
+def _need_head(target: str) -> None:
+    """--drafters mtp on a target without an MTP head: a usage error, from its header."""
+    from specdash.models.mtp_info import mtp_head
+    from specdash.models.resolve import resolve_model
+
+    path = Path(resolve_model(target))
+    head = mtp_head(path)
+    if not head.layers:
+        why = head.describe() or ("has no MTP head (nextn_predict_layers is absent or 0; many published GGUFs "
+                                  "drop the head)")
+        raise SpecdashError(f"--drafters mtp: {path.name} {why}")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "whatif",
@@ -133,17 +146,32 @@ def run(args: argparse.Namespace) -> int:
             raise SpecdashError(f"--drafters model: --draft {settings.draft} is not a draft model")
     if "model" not in kinds and not any(KINDS[k].uses_model for k in kinds if k in KINDS):
         model = None  # no need to load it
+    if args.drafters and "mtp" in args.drafters and not args.recording:
+        _need_head(settings.target)  # before a plain run is generated for nothing
+    # The target's MTP head drafts for `mtp` and is the model of auto and the chain without
+    # a draft model: its proposals from every position, as far as the largest K simulated
+    # (whatif/head.py).
+    head_depth = max(max(args.ks), settings.k_max) if {"mtp", "chain", "auto"} & set(kinds) else 0
     if args.recording:
         given = {k for k in ("target", "raw", "ctx", "max_tokens") if hasattr(args, k)}
-        tr, (session, draft_llm) = from_recording(args.recording, settings, given, model, say, stderr_progress())
+        tr, (session, draft_llm) = from_recording(args.recording, settings, given, model, say, stderr_progress(),
+                                                  head_depth=head_depth)
     else:
         assert prompt is not None
-        tr, (session, draft_llm) = from_prompt(settings, prompt, model, say, stderr_progress())
+        tr, (session, draft_llm) = from_prompt(settings, prompt, model, say, stderr_progress(), head_depth=head_depth)
+    if tr.head is None and "mtp" in kinds:
+        if args.drafters is not None:
+            session.close()
+            raise SpecdashError(f"--drafters mtp: {tr.head_why or 'the target has no MTP head'}")
+        kinds.remove("mtp")
+        say(f"mtp: not simulated ({tr.head_why or 'the target has no MTP head'})")
     try:
         if profile is None or args.save_profile:
-            say("measuring this machine's costs (target batches 1..33, draft tokens)")
+            say("measuring this machine's costs (target batches 1..33, draft tokens"
+                + (", MTP head tokens)" if tr.head is not None else ")"))
             here = measure_here(session.target, draft_llm, tr.prompt, overhead_ms=tr.plain.get("overhead_ms", 0.0),
                                 relative_cost=tr.draft_relative_cost,
+                                head=session.make_drafter("mtp") if tr.head is not None else None,
                                 plain_step_ms=tr.plain.get("verify_ms_median"),
                                 note=f"measured by specdash whatif on this machine: {tr.target}"
                                 + (f" + {tr.draft_name}" if tr.draft_name else ""))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 from pathlib import Path
-from typing import Any, Literal, Sequence, overload
+from typing import Any, Literal, Protocol, Sequence, overload
 
 import numpy as np
 import llama_cpp as ll
@@ -23,6 +23,15 @@ from specdash.errors import SpecdashError
 from specdash.telemetry.cpu import physical_cores
 
 ll.llama_backend_init()
+
+
+class DecodeObserver(Protocol):
+    """Sees every decode of a context, right after it (an MTP head reads the target's
+    hidden rows of the batch), and every clear."""
+
+    def decoded(self, tokens: Sequence[int], start_pos: int) -> None: ...
+
+    def cleared(self) -> None: ...
 
 
 def _kv_override_array(overrides: dict[str, int | float | bool]) -> Any:
@@ -53,17 +62,21 @@ class LLM:
         vocab_only: bool = False,
         n_rs_seq: int = 0,
         repack_setting: str = "auto",
+        load_mtp: bool = False,
     ):
         """n_rs_seq: recurrent-state snapshots to ask for (the longest draft to take back
         without a checkpoint); llama.cpp keeps them only for some architectures, and a KV
         cache ignores it. `self.strategy` says what the context really has.
-        repack_setting: weight repacking (engine/repack.py); "auto" probes once per machine."""
+        repack_setting: weight repacking (engine/repack.py); "auto" probes once per machine.
+        load_mtp: load the model's multi-token-prediction head too, where it has one
+        (llama.cpp skips those tensors otherwise); `self.mtp_loaded` says if it did."""
         self.path = Path(path)
         self.kv_overrides = dict(kv_overrides or {})
         # A vocabulary-only load places no weights: nothing to decide, no probe to run.
         self.repack = repack.Verdict("off", "off", "setting") if vocab_only else repack.resolve(repack_setting)
         mparams = ll.llama_model_default_params()
         mparams.vocab_only = vocab_only
+        mparams.load_mtp = load_mtp and not vocab_only
         if self.kv_overrides:
             self._kv_arr = _kv_override_array(self.kv_overrides)  # must outlive the load
             mparams.kv_overrides = self._kv_arr
@@ -88,6 +101,13 @@ class LLM:
         self.ctx = None
         self._batch = None
         self.strategy = Strategy("kv")
+        # Heads the GGUF declares. llama.cpp reports them whether or not it loaded them,
+        # and an MTP context on a head it skipped aborts the process: hence mtp_loaded.
+        self.n_mtp_layers = max(0, int(ll.llama_model_n_layer_nextn(self.model))) if not vocab_only else 0
+        self.mtp_loaded = bool(load_mtp and self.n_mtp_layers)
+        # Who wants to see every decode of this context (an MTP head copies the target's
+        # hidden rows); called after each decode and on clear().
+        self.observers: list[DecodeObserver] = []
         if vocab_only:
             return
         self.n_threads = n_threads or physical_cores().count
@@ -217,6 +237,8 @@ class LLM:
             self._cut_rows(start_pos)  # what llama.cpp kept of a failed batch is not known
             raise RuntimeError(f"llama_decode failed with code {rc}: {last_log_error()}")
         self._rows.extend(tokens)
+        for observer in self.observers:
+            observer.decoded(tokens, start_pos)
         if logits is None:
             return None
         rows = n if want_all else 1
@@ -267,6 +289,8 @@ class LLM:
     def clear(self) -> None:
         self._cut_rows(0)
         ll.llama_memory_clear(self.mem, True)
+        for observer in self.observers:
+            observer.cleared()
 
     @property
     def rows(self) -> list[int]:

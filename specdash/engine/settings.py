@@ -85,12 +85,14 @@ LIMITS: tuple[Limit, ...] = (
     # `auto` by default: copies paid 1.4-2.9x on grounded prompts where the default draft
     # model, adaptive, decoded at plain speed (issue 32; benchmarks/results/auto-default.txt).
     Limit("model", "draft", str, "auto",
-          "draft source: auto (each step the fastest of the copies, the draft model and plain "
-          "decoding), a model name or GGUF path (that model only), or lookup, suffix, chain, none",
+          "draft source: auto (each step the fastest of the copies, the draft model or the "
+          "target's MTP head, and plain decoding), a model name or GGUF path (that model only), "
+          "or lookup, suffix, mtp, chain, none",
           flag="draft"),
     Limit("model", "draft_model", str, "default",
           "the draft model auto and chain may use: a model name or GGUF path, none, or default "
-          "(the default pair's draft model where it shares the target's vocabulary)",
+          "(the target's own MTP head where one is loaded, else the default pair's draft model "
+          "where it shares the target's vocabulary)",
           flag="draft_model"),
     Limit("model", "translate", bool, True,
           "a draft model with another vocabulary drafts through translation (text to its tokens "

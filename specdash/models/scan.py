@@ -51,7 +51,7 @@ from specdash.models.rollback_info import (
 )
 
 _SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
-CACHE_VERSION = 3  # 3: state_bytes (recurrent state size)
+CACHE_VERSION = 4  # 3: state_bytes (recurrent state size); 4: mtp_layers
 _WORKERS = 2
 _MAX_REASON = 300
 
@@ -100,6 +100,9 @@ class ModelInfo:
     # One sequence's recurrent state in bytes (one checkpoint, or one snapshot), from the
     # metadata; None for a KV-cache model or when the metadata cannot tell.
     state_bytes: int | None = None
+    # Multi-token-prediction heads the file keeps (models/mtp_info.py): the target drafts
+    # with its own head (`--draft mtp`), no draft model needed. 0: none.
+    mtp_layers: int = 0
 
     @property
     def rollback(self) -> str:
@@ -125,6 +128,8 @@ class ModelInfo:
             out.append(f"MoE {self.expert_count} experts, {self.expert_used_count or '?'} used")
         if self.state:
             out.append(f"{self.state}, rollback: {short(self.rollback, self.state_bytes)}")
+        if self.mtp_layers:
+            out.append(f"MTP head: {self.mtp_layers} layer{'s' * (self.mtp_layers != 1)}")
         if len(self.parts) > 1:
             out.append(f"{len(self.parts)} parts")
         if self.vocab_only:
@@ -161,6 +166,7 @@ class ModelInfo:
             "rollback": self.rollback,
             "state_bytes": self.state_bytes,
             "context_length": self.context_length,
+            "mtp_layers": self.mtp_layers,
         }
 
     @classmethod
@@ -191,6 +197,7 @@ class ModelInfo:
             rs_rollback=d["rs_rollback"],
             context_length=d["context_length"],
             state_bytes=d.get("state_bytes"),
+            mtp_layers=d.get("mtp_layers", 0),
         )
 
 
@@ -387,6 +394,9 @@ def _summarize(path: Path, header: GGUFHeader) -> dict[str, Any]:
         "tensor_bytes": tensor_bytes,
         "expert_bytes": expert_bytes,
         "type_bytes": type_bytes,
+        # blocks holding a head's eh_proj (a split GGUF may hold the head in a later part)
+        "nextn_blocks": sorted(int(t.name.split(".")[1]) for t in header.tensors
+                               if t.name.startswith("blk.") and t.name.endswith(".nextn.eh_proj.weight")),
         "model": None,
     }
     arch = _metadata_str(meta, "general.architecture")
@@ -420,6 +430,8 @@ def _summarize(path: Path, header: GGUFHeader) -> dict[str, Any]:
         "rs_rollback": arch in RS_ROLLBACK_ARCHS,
         "state_bytes": recurrent_state_bytes(arch, meta),
         "context_length": _metadata_int(meta, f"{arch}.context_length"),
+        "nextn_declared": _metadata_int(meta, f"{arch}.nextn_predict_layers"),
+        "block_count": _metadata_int(meta, f"{arch}.block_count"),
     }
     return out
 
@@ -482,6 +494,10 @@ def _model_info(
     if count and used and count > 0 and expert_bytes:
         active = tensor_bytes - expert_bytes + math.ceil(expert_bytes * min(used, count) / count)
     vocab = Vocab.from_dict(model["vocab"], first_path) if model["vocab"] else None
+    # As llama.cpp decides it: the last block's nextn.eh_proj is there (mtp_info.py).
+    declared, blocks = model.get("nextn_declared") or 0, model.get("block_count")
+    nextn = {b for _, p in parts for b in p.get("nextn_blocks", ())}
+    mtp_layers = declared if declared > 0 and blocks is not None and blocks - 1 in nextn else 0
     return ModelInfo(
         path=first_path,
         parts=tuple(p for p, _ in parts),
@@ -507,6 +523,7 @@ def _model_info(
         rs_rollback=model["rs_rollback"],
         context_length=model["context_length"],
         state_bytes=model["state_bytes"],
+        mtp_layers=mtp_layers,
     )
 
 

@@ -170,7 +170,12 @@ class ServerWatch:
             # (re)connecting (what the slots speculate with); an idle server costs one
             # request per poll.
             busy = (scrape.value("llamacpp:requests_processing") or 0) > 0
-            if backend == "llamacpp" and self.slots_supported and (busy or props_changed or self.last is None):
+            # A request ended since the last poll (the counters move then): the slot now
+            # holds its task's params, what it drafted with (a short request can start and
+            # end between two polls, never seen busy).
+            ended = isinstance(self.last, LlamaCppSnapshot) and \
+                (scrape.value("llamacpp:tokens_predicted_total") or 0.0) != self.last.tokens_predicted_total
+            if backend == "llamacpp" and self.slots_supported and (busy or ended or props_changed or self.last is None):
                 data = self.client.get_json_optional("/slots", self._query())
                 if data is None:
                     self.slots_supported = False  # started with --no-slots

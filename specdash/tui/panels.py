@@ -102,6 +102,9 @@ class GenerationPanel(Panel):
         self.show_text(state)
         step = state.stats.last_step
         legend = "[$draft-token]■[/] draft accepted  [$target-token]■[/] target"
+        settings = state.stats.settings
+        if settings is not None and settings.drafter == "mtp":  # the target's own head drafts
+            legend = "[$draft-token]■[/] MTP head accepted  [$target-token]■[/] target"
         if any(kind == "xvocab" for _, kind in state.pieces[-200:]):  # only once translated drafts show
             legend = "[$draft-token]■[/] draft accepted  [$translated-token]■[/] translated  [$target-token]■[/] target"
         self.titles(

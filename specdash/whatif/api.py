@@ -25,11 +25,17 @@ def predict_sweep(settings: EngineSettings, prompt: str, ks: Sequence[int], max_
     profile = None if profile_spec == "here" else load_profile(profile_spec)
     model = settings.draft if is_model(settings.draft) else None
     s = settings.replace(max_tokens=max_tokens)
-    tr, (session, draft_llm) = from_prompt(s, prompt, model, say)
+    # The head drafts for `mtp` and is the model of auto and a chain without a draft model
+    # (whatif/head.py).
+    head_depth = max(ks) if settings.draft in ("mtp", "chain", "auto") else 0
+    tr, (session, draft_llm) = from_prompt(s, prompt, model, say, head_depth=head_depth)
     try:
+        if settings.draft == "mtp" and tr.head is None:
+            raise SpecdashError(f"--whatif: mtp unavailable: {tr.head_why}")
         if profile is None:
             profile = measure_here(session.target, draft_llm, tr.prompt, overhead_ms=tr.plain["overhead_ms"],
-                                   relative_cost=tr.draft_relative_cost, plain_step_ms=tr.plain["verify_ms_median"])
+                                   relative_cost=tr.draft_relative_cost, plain_step_ms=tr.plain["verify_ms_median"],
+                                   head=session.make_drafter("mtp") if tr.head is not None else None)
     finally:
         session.close()
     out: dict[int, tuple[float, float | None]] = {}

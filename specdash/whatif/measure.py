@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from specdash.engine.llm import LLM
 from specdash.engine.settings import EngineSettings
@@ -64,8 +65,31 @@ def draft_costs(draft: LLM, tokens: Sequence[int], n_past: int, singles: int = 8
     return statistics.median(single), per, statistics.median(pairs)
 
 
+def head_costs(head: Any, target: LLM, prompt: Sequence[int], singles: int = 8) -> tuple[float, float]:
+    """(ms of one MTP head decode, ms per committed token fed to it in a batch), timed as
+    the drafter spends them (engine/drafters/mtp.py): the prompt's entries fed in one
+    batch, then single head decodes from its last position."""
+    inner = getattr(head, "inner", head)  # the session lends it (Borrowed)
+    target.clear()
+    inner.reset()
+    target.prefill(list(prompt[:-1]))
+    t = time.perf_counter()
+    inner.chain(prompt, 1)  # feeds len(prompt) - 1 entries, then one decode
+    first = (time.perf_counter() - t) * 1e3
+    single: list[float] = []
+    for _ in range(singles):
+        t = time.perf_counter()
+        inner.chain(prompt, 1)  # fed already: one decode
+        single.append((time.perf_counter() - t) * 1e3)
+    one = statistics.median(single)
+    target.clear()
+    inner.reset()
+    return one, max(first - one, 0.0) / max(len(prompt) - 1, 1)
+
+
 def measure_here(target: LLM, draft: LLM | None, prompt: Sequence[int], *, overhead_ms: float,
-                 relative_cost: float | None, note: str = "", plain_step_ms: float | None = None) -> Profile:
+                 relative_cost: float | None, note: str = "", plain_step_ms: float | None = None,
+                 head: Any = None) -> Profile:
     """`plain_step_ms`: the median target step of the plain run just made. The curve's
     shape comes from the calibration batches, its level from that median over every
     step of the run: a few calibration samples on a shared machine can land in another
@@ -85,8 +109,12 @@ def measure_here(target: LLM, draft: LLM | None, prompt: Sequence[int], *, overh
         draft.prefill(list(prompt[:-1]))
         d_ms, b_ms, pair_ms = draft_costs(draft, prompt, n_past)
         draft.clear()
+    mtp_ms = mtp_batch = None
+    if head is not None:  # the target's MTP head (`head`: the session's drafter)
+        mtp_ms, mtp_batch = head_costs(head, target, prompt)
     return Profile(name="here", verify=curve, draft_ms=d_ms, batch_ms=b_ms, pair_ms=pair_ms,
-                   relative_cost=relative_cost, overhead_ms=overhead_ms, note=note, source="here", extra=extra)
+                   relative_cost=relative_cost, overhead_ms=overhead_ms, note=note, source="here", extra=extra,
+                   mtp_ms=mtp_ms, mtp_batch_ms=mtp_batch)
 
 
 def measure_profile(settings: EngineSettings, prompt: str, say: Callable[[str], None] = lambda s: None,

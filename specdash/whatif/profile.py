@@ -18,6 +18,13 @@ A profile is a TOML file:
     [checkpoint]                    # optional, for targets that restore state on rejection
     restore_ms = 5.0
     replay_ms_per_token = 1.0
+    [mtp]                           # optional: the target's own MTP head (`mtp`)
+    ms_per_token = 9.0              # one head decode (a drafted token)
+    batch_ms_per_token = 0.5        # per committed token fed to the head in a batch
+
+Without [mtp] the head is priced from its share of the target's weights (the relative
+cost the session gives it): a head decode at that share of a one-token step, a fed token
+at that share of what one more token adds to a target batch.
 
 Between verify points the cost is interpolated linearly; beyond the last it follows the
 slope of the last two (a CPU's curve is close to linear, a GPU's nearly flat).
@@ -35,9 +42,10 @@ from typing import Any
 from specdash.errors import SpecdashError
 
 BUILTIN = ("epyc-32b", "gpu-like", "ci-box")  # shipped in specdash/whatif/profiles/
-_TOP = {"name", "note", "step_overhead_ms", "verify_ms", "draft", "checkpoint"}
+_TOP = {"name", "note", "step_overhead_ms", "verify_ms", "draft", "checkpoint", "mtp"}
 _DRAFT = {"ms_per_token", "pair_ms", "batch_ms_per_token", "relative_cost", "free_ms"}
 _CHECKPOINT = {"restore_ms", "replay_ms_per_token"}
+_MTP = {"ms_per_token", "batch_ms_per_token"}
 
 
 @dataclass
@@ -55,6 +63,8 @@ class Profile:
     overhead_ms: float = 0.0
     restore_ms: float = 0.0
     replay_ms: float = 0.0
+    mtp_ms: float | None = None  # one MTP head decode (None: from its relative cost)
+    mtp_batch_ms: float | None = None  # per token fed to the head in a batch
     note: str = ""
     source: str = ""  # where it was read from ("here" when measured now)
     extra: dict[str, Any] = field(default_factory=dict)  # measured context, for the report
@@ -86,6 +96,16 @@ class Profile:
         pair = self.draft_ms + batch if self.pair_ms is None else self.pair_ms
         return pair + (m - 2) * batch
 
+    def mtp_costs(self, relative_cost: float | None) -> tuple[float, float]:
+        """(ms of one head decode, ms per token fed to it): the [mtp] table's, else the
+        head's share of the target's weights applied to a one-token step and to what one
+        more token adds to a target batch."""
+        share = relative_cost if relative_cost is not None else 0.1
+        head = self.mtp_ms if self.mtp_ms is not None else share * self.verify_ms(1)
+        batch = self.mtp_batch_ms if self.mtp_batch_ms is not None else \
+            share * max(self.verify_ms(2) - self.verify_ms(1), 0.0)
+        return head, batch
+
     def draft_price(self) -> float | None:
         """What the engine is told a drafted token costs relative to a target step."""
         if self.relative_cost is not None:
@@ -104,6 +124,10 @@ class Profile:
         if self.restore_ms or self.replay_ms:
             lines += ["", "[checkpoint]", f"restore_ms = {self.restore_ms:.4f}",
                       f"replay_ms_per_token = {self.replay_ms:.4f}"]
+        if self.mtp_ms is not None:
+            lines += ["", "[mtp]", f"ms_per_token = {self.mtp_ms:.4f}"]
+            if self.mtp_batch_ms is not None:
+                lines.append(f"batch_ms_per_token = {self.mtp_batch_ms:.4f}")
         return "\n".join(lines) + "\n"
 
     def to_json(self) -> dict[str, Any]:
@@ -112,7 +136,8 @@ class Profile:
                 "draft_ms_per_token": self.draft_ms, "pair_ms": self.pair_ms, "batch_ms_per_token": self.batch_ms,
                 "relative_cost": self.relative_cost, "free_ms": self.free_ms,
                 "step_overhead_ms": self.overhead_ms, "restore_ms": self.restore_ms,
-                "replay_ms_per_token": self.replay_ms, **self.extra}
+                "replay_ms_per_token": self.replay_ms, "mtp_ms_per_token": self.mtp_ms,
+                "mtp_batch_ms_per_token": self.mtp_batch_ms, **self.extra}
 
 
 def _q(text: str) -> str:
@@ -166,6 +191,10 @@ def parse_profile(text: str, where: str) -> Profile:
         raise SpecdashError(f"{where}: checkpoint must be a table [checkpoint] with keys "
                             f"{', '.join(sorted(_CHECKPOINT))}")
     _unknown(where, "checkpoint", ckpt, _CHECKPOINT)
+    mtp = doc.get("mtp", {})
+    if not isinstance(mtp, dict):
+        raise SpecdashError(f"{where}: mtp must be a table [mtp] with keys {', '.join(sorted(_MTP))}")
+    _unknown(where, "mtp", mtp, _MTP)
 
     def opt(table: dict[str, Any], tname: str, key: str) -> float | None:
         return None if key not in table else _number(where, f"[{tname}] {key}", table[key])
@@ -180,6 +209,8 @@ def parse_profile(text: str, where: str) -> Profile:
         overhead_ms=_number(where, "step_overhead_ms", doc.get("step_overhead_ms", 0.0)),
         restore_ms=opt(ckpt, "checkpoint", "restore_ms") or 0.0,
         replay_ms=opt(ckpt, "checkpoint", "replay_ms_per_token") or 0.0,
+        mtp_ms=opt(mtp, "mtp", "ms_per_token"),
+        mtp_batch_ms=opt(mtp, "mtp", "batch_ms_per_token"),
         source=where,
     )
 

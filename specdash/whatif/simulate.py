@@ -40,6 +40,8 @@ from specdash.engine.drafters.kinds import KINDS, Parts
 from specdash.engine.drafters.suffix import SuffixDrafter
 from specdash.engine.engine import Engine
 from specdash.engine.settings import EngineSettings, SamplingParams
+from specdash.errors import SpecdashError
+from specdash.whatif.head import SimMtpHead
 from specdash.whatif.profile import Profile
 from specdash.whatif.transcript import Forced, Transcript
 
@@ -269,11 +271,18 @@ def make_drafter(kind: str, tr: Transcript, profile: Profile, settings: EngineSe
         return Borrowed(SimDraftModel(tr, tr.draft, profile, tr.draft_name, settings.draft_p_min, replay,
                                       settings.draft_p_joint))
 
+    def head() -> Drafter:
+        if tr.head is None:
+            raise SpecdashError(f"mtp unavailable: {tr.head_why or 'the target has no MTP head'}")
+        return Borrowed(SimMtpHead(tr.head, len(tr.prompt), profile, settings.draft_p_min, settings.draft_p_joint))
+
     if kind in KINDS:
         return KINDS[kind].build(Parts(
             settings, free=lambda drafter: TimedFree(drafter, fixed),
             suffix=lambda: Borrowed(TimedFree(SuffixDrafter(), fixed)),
-            model=lambda: model() if tr.draft is not None else None))
+            # As a session's auto and chain: the draft model named, else the target's own head.
+            model=lambda: model() if tr.draft is not None else (head() if tr.head is not None else None),
+            head=head))
     return model()
 
 

@@ -23,6 +23,7 @@ from specdash.engine.llm import LLM
 from specdash.engine.settings import K_CAP, EngineSettings
 from specdash.engine.step_rules import Limits
 from specdash.errors import SpecdashError
+from specdash.whatif.head import HeadChains, head_chains
 
 Say = Callable[[str], None]
 TIE_GAP = 0.5  # logits; the exactness tests' threshold (tests/test_engine_exact.py)
@@ -68,6 +69,8 @@ class Transcript:
     # max(k, k_max): on a target with snapshots and no checkpoint a simulated K above k_max
     # is capped where a run at that K could have had more snapshots.
     max_draft: int | None = None
+    head: HeadChains | None = None  # the target's MTP head drafting from every position (whatif/head.py)
+    head_why: str = ""  # why there is none, where the target has no head that can draft
 
     @property
     def limits(self) -> Limits:
@@ -178,7 +181,8 @@ def plain_stats(steps: list[E.StepEvent], summary: E.Summary) -> dict[str, float
 
 
 def from_prompt(settings: EngineSettings, prompt: str, model: str | None, say: Say,
-                progress: Callable[[str, float | None], None] | None = None) -> tuple[Transcript, Any]:
+                progress: Callable[[str, float | None], None] | None = None,
+                head_depth: int = 0) -> tuple[Transcript, Any]:
     """Generate the plain greedy text with the real engine at K=0. Returns the transcript
     and the Session (its target and draft model stay loaded for `--profile here`)."""
     from specdash.session import Session
@@ -206,6 +210,7 @@ def from_prompt(settings: EngineSettings, prompt: str, model: str | None, say: S
         tr.plain = plain_stats(steps, summary)
         tr.draft_relative_cost = rel
         tr.prompt_text = session.target.detokenize(tokens)
+        attach_head(tr, session, head_depth, say)
         return tr, (session, draft_llm)
     except BaseException:
         session.close()
@@ -252,7 +257,8 @@ def over_text(target: LLM, prompt: list[int], text: list[int], stop: str, settin
 
 
 def from_recording(path: str, settings: EngineSettings, given: set[str], model: str | None, say: Say,
-                   progress: Callable[[str, float | None], None] | None = None) -> tuple[Transcript, Any]:
+                   progress: Callable[[str, float | None], None] | None = None,
+                   head_depth: int = 0) -> tuple[Transcript, Any]:
     """The first prompt of a recording made by `specdash run --record` at temperature 0.
     `given`: the engine flags the user gave (they override the recording's settings)."""
     from specdash.recording import read_recording
@@ -304,10 +310,28 @@ def from_recording(path: str, settings: EngineSettings, given: set[str], model: 
         tr = over_text(session.target, tokens, text, summary.stop_reason, plain, say, draft_llm, model)
         tr.plain = plain_stats(steps, summary)
         tr.draft_relative_cost = rel
+        attach_head(tr, session, head_depth, say)
         return tr, (session, draft_llm)
     except BaseException:
         session.close()
         raise
+
+
+def attach_head(tr: Transcript, session: Any, depth: int, say: Say) -> None:
+    """tr.head: the session target's MTP head drafting from every position of the text,
+    up to `depth` tokens (0: not wanted); else tr.head_why says why there is none."""
+    if depth <= 0:
+        return
+    why = session.mtp_unavailable()
+    if why is None:
+        try:
+            head = session.make_drafter("mtp")
+        except SpecdashError as exc:
+            why = str(exc)
+        else:
+            tr.head = head_chains(head, session.target, tr.prompt, tr.seq, depth, session.mtp_relative_cost, say)
+            return
+    tr.head_why = why.removeprefix("mtp unavailable: ")
 
 
 def decode_pieces(pieces: Sequence[bytes]) -> list[str]:

@@ -20,6 +20,7 @@ from specdash.engine.drafters.base import Drafter, NoDrafter
 from specdash.engine.drafters.chain import ChainDrafter
 from specdash.engine.drafters.lookup import PromptLookupDrafter
 from specdash.engine.settings import EngineSettings
+from specdash.errors import SpecdashError
 
 # The sources a draft model's drafts name: "draft", or "xvocab" through translation (a
 # draft model with another vocabulary, engine/drafters/translated.py).
@@ -35,7 +36,12 @@ class Parts:
     # profile (whatif). A new model-free kind wraps its drafter in this.
     free: Callable[[Drafter], Drafter]
     suffix: Callable[[], Drafter]  # the suffix drafter: a session lends its one memory of earlier outputs
-    model: Callable[[], Drafter | None]  # the draft model a chain ends with; None: there is none
+    # The model source auto and a chain use; None: there is none. Where no model is named and
+    # the target has an MTP head, the head (a session's auto and chain use its own head).
+    model: Callable[[], Drafter | None]
+    # The target's MTP head (engine/drafters/mtp.py); raises a SpecdashError with the one-line
+    # reason where it cannot draft. None: the builder has no head to offer.
+    head: Callable[[], Drafter] | None = None
 
     def lookup(self) -> Drafter:
         s = self.settings
@@ -81,6 +87,12 @@ def is_model(spec: str) -> bool:
     return spec not in KINDS
 
 
+def _head(parts: Parts) -> Drafter:
+    if parts.head is None:
+        raise SpecdashError("mtp unavailable: no MTP head here")
+    return parts.head()
+
+
 def _chain(parts: Parts) -> Drafter:
     model = parts.model()
     return ChainDrafter([parts.lookup(), parts.suffix(), *([model] if model is not None else [])])
@@ -91,12 +103,14 @@ def _auto(parts: Parts) -> Drafter:
     return AutoDrafter([parts.lookup(), parts.suffix(), *([model] if model is not None else [])])
 
 
-register(DrafterKind("auto", "each step the fastest: a lookup or suffix copy, the draft model, or none",
-                     _auto, frozenset({"lookup", "suffix"}) | MODEL_SOURCES))
+register(DrafterKind("auto", "each step the fastest: a copy, the draft model or MTP head, or none",
+                     _auto, frozenset({"lookup", "suffix", "mtp"}) | MODEL_SOURCES))
 register(DrafterKind("lookup", "prompt lookup: copy what followed the recent n-gram (free)",
                      Parts.lookup, frozenset({"lookup"})))
 register(DrafterKind("suffix", "suffix match over the prompt and earlier outputs (free)",
                      lambda parts: parts.suffix(), frozenset({"suffix"})))
+register(DrafterKind("mtp", "the target's own multi-token-prediction head (Qwen3.5, GLM-4.5, DeepSeek-V3 GGUFs "
+                     "that keep it)", _head, frozenset({"mtp"})))
 register(DrafterKind("chain", "lookup, then suffix, then the draft model: first draft wins",
-                     _chain, frozenset({"lookup", "suffix"}) | MODEL_SOURCES))
+                     _chain, frozenset({"lookup", "suffix", "mtp"}) | MODEL_SOURCES))
 register(DrafterKind("none", "plain decoding (K=0)", lambda parts: NoDrafter(), frozenset()))

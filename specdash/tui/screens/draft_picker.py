@@ -53,7 +53,10 @@ def draft_choices(target_path: str | None, scan_result: object | None) -> list[D
     from specdash.models.registry import list_models
     from specdash.models.scan import ScanResult
 
-    choices = [DraftChoice(spec, spec, kind.help, True) for spec, kind in KINDS.items()]
+    choices = [DraftChoice(spec, spec, kind.help, True) for spec, kind in KINDS.items() if spec != "mtp"]
+    head = _mtp_choice(target_path)
+    if head is not None:  # listed only for a target that carries a head
+        choices.insert(len(choices) - 2, head)  # before chain and none
     registry = {str(e.path): e.name for e in list_models()}
     listed: set[str] = set()
     if target_path and isinstance(scan_result, ScanResult):
@@ -84,6 +87,27 @@ def draft_choices(target_path: str | None, scan_result: object | None) -> list[D
         reason = "" if entry.cached else f"not cached: run `specdash models fetch {entry.name}`"
         choices.append(DraftChoice(entry.name, entry.name, entry.description, entry.cached, reason))
     return choices
+
+
+def _mtp_choice(target_path: str | None) -> DraftChoice | None:
+    """`mtp` for a target whose GGUF keeps an MTP head (read from its header), else None."""
+    from specdash.models.mtp_info import mtp_head
+
+    if not target_path:
+        return None
+    try:
+        head = mtp_head(target_path)
+    except SpecdashError:
+        return None
+    if not head.layers:
+        return None
+    from specdash.engine.drafters.mtp import MtpUnavailable, staging_api
+
+    try:
+        staging_api()  # the bindings this llama-cpp-python has (the head's hand-off is a staging API)
+    except MtpUnavailable as exc:
+        return DraftChoice("mtp", "mtp", f"{KINDS['mtp'].help} · {head.describe()}", False, f"unavailable: {exc}")
+    return DraftChoice("mtp", "mtp", f"{KINDS['mtp'].help} · {head.describe()}", True)
 
 
 class DraftPicker(ModalScreen[str | None]):
