@@ -17,20 +17,19 @@ needs no quiet machine: only the one plain generation per prompt runs the models
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import pickle
 import statistics
 import time
 from pathlib import Path
 
 from specdash.engine.controller import CostModelController
-from specdash.engine.drafters.base import NoDrafter
 from specdash.engine.settings import EngineSettings
 from specdash.prompts import BUILTIN
+from specdash.whatif.crossval import pick, split
 from specdash.whatif.profile import BUILTIN as PROFILES
 from specdash.whatif.profile import load_profile
-from specdash.whatif.simulate import SimResult, make_drafter, simulate, sweep
-from specdash.whatif.transcript import from_prompt
+from specdash.whatif.simulate import SimResult, sweep
+from specdash.whatif.transcript import Transcript, from_prompt
 from whatif_accuracy import Report  # benchmarks/ is sys.path[0] when this runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,22 +48,35 @@ HELD_OUT = {
 }
 
 
-def cross_validated(tr, kind: str, profile, settings: EngineSettings, full: dict[int, SimResult]) -> float:
-    """tok/s of a fixed K chosen without hindsight: picked on one half of the text and run
-    on the other, both ways. The oracle picks the best of 33 fixed K on the very text it is
-    scored on, so part of its lead is luck of where rejections fall against K."""
-    half = dataclasses.replace(tr, max_tokens=max(tr.n_generated // 2, 1))
-    first = {k: simulate(half, make_drafter(kind, half, profile, settings) if k else NoDrafter(), profile, settings,
-                         name=kind, k=k) for k in full}
-    parts = ({k: (r.generated, r.ms) for k, r in first.items()},
-             {k: (full[k].generated - first[k].generated, full[k].ms - first[k].ms) for k in full})
+def texts() -> dict[str, str]:
+    """The prompts by name: the built-in ones, MIXED and HELD_OUT."""
+    out = {p.name: p.text for p in BUILTIN}
+    out[MIXED[0]] = MIXED[1]
+    out.update(HELD_OUT)
+    return out
 
-    def best(part: dict[int, tuple[int, float]]) -> int:
-        return max(part, key=lambda k: part[k][0] / part[k][1] if part[k][1] > 0 else 0.0)
 
-    k_first, k_second = best(parts[0]), best(parts[1])
-    tokens = parts[0][k_second][0] + parts[1][k_first][0]
-    return tokens / (parts[0][k_second][1] + parts[1][k_first][1]) * 1000.0
+def transcripts(names: list[str], prompts: dict[str, str], base: EngineSettings, draft: str,
+                cache: str | None) -> dict[str, Transcript]:
+    """Each prompt's plain greedy text (the real engine at K=0) with `draft` teacher-forced
+    over it; kept in the `cache` pickle, which is read if there (texts depend on target,
+    draft and max_tokens only: greedy)."""
+    cached: dict[str, Transcript] = {}
+    if cache and Path(cache).exists():
+        with open(cache, "rb") as f:
+            cached = pickle.load(f)
+    out = {}
+    for name in names:
+        tr = cached.get(name)
+        if tr is None or tr.max_tokens != base.max_tokens or tr.draft_name != draft:
+            tr, (session, _) = from_prompt(base, prompts[name], draft, lambda s: None)
+            session.close()
+            cached[name] = tr
+            if cache:
+                with open(cache, "wb") as f:
+                    pickle.dump(cached, f)
+        out[name] = tr
+    return out
 
 
 def neighbours(best: SimResult, mine: list[SimResult], plain: SimResult, width: int = 2) -> float:
@@ -95,13 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     joint = {} if args.p_joint is None else {"draft_p_joint": args.p_joint}
     base = EngineSettings(target=args.target, draft=args.draft, threads=args.threads, ctx=2048,
                           max_tokens=args.tokens, k_max=args.k_max, **joint)
-    texts = {p.name: p.text for p in BUILTIN}
-    texts[MIXED[0]] = MIXED[1]
-    texts.update(HELD_OUT)
-    cached: dict = {}
-    if args.cache and Path(args.cache).exists():
-        with open(args.cache, "rb") as f:
-            cached = pickle.load(f)
+    names = args.prompts.split(",")
+    trs = transcripts(names, texts(), base, args.draft, args.cache)
     profiles = [load_profile(p) for p in args.profiles.split(",")]
     say = Report()
 
@@ -114,26 +121,20 @@ def main(argv: list[str] | None = None) -> int:
     ratios: list[float] = []
     cv_ratios: list[float] = []
     near_ratios: list[float] = []
-    for name in args.prompts.split(","):
-        tr = cached.get(name)
-        if tr is None or tr.max_tokens != args.tokens:
-            tr, (session, _) = from_prompt(base, texts[name], args.draft, lambda s: None)
-            session.close()
-            cached[name] = tr
-            if args.cache:
-                with open(args.cache, "wb") as f:
-                    pickle.dump(cached, f)
+    for name in names:
+        tr = trs[name]
         for profile in profiles:
             kinds = ["lookup", "suffix", "chain", args.draft]
             plain, fixed, adaptive = sweep(tr, kinds, list(range(1, 33)), profile, base,
                                            lambda: CostModelController(k_min=base.k_min, k_max=base.k_max, k_init=base.k))
+            halves = split(tr, profile, base, [plain, *fixed])
             for ad in adaptive:
                 mine = [r for r in fixed if r.drafter == ad.drafter]
                 best = max([*mine, plain], key=lambda r: r.tokens_per_s)  # K=0 is a fixed K too
                 ratio = ad.tokens_per_s / best.tokens_per_s
                 ratios.append(ratio)
-                kind = args.draft if ad.drafter == tr.draft_name else ad.drafter
-                cv = ad.tokens_per_s / cross_validated(tr, kind, profile, base, {0: plain, **{r.k or 0: r for r in mine}})
+                # Its fixed K (plain among them) chosen without hindsight.
+                cv = ad.tokens_per_s / pick([h for h in halves if h.drafter in (ad.drafter, "none")]).tokens_per_s
                 cv_ratios.append(cv)
                 near = neighbours(best, mine, plain)
                 near_ratios.append(ad.tokens_per_s / near)

@@ -37,6 +37,12 @@ from specdash.models.resolve import resolve_model
 Progress = Callable[[str, float | None], None]
 
 
+def draft_label(spec: str) -> str:
+    """A draft model as labels and adaptive K's reasons name it: a registry name as is, a
+    file by its stem (whatif's simulated model is named the same, so its reasons match)."""
+    return spec if spec in known_names() else Path(spec).stem
+
+
 class Session:
     def __init__(self, settings: EngineSettings, progress: Progress | None = None,
                  *, controller: KController | None = None):
@@ -163,6 +169,16 @@ class Session:
         self._current_draft_path = str(self._draft_models[spec].llm.path)
         return drafter
 
+    def chain_model_spec(self) -> str | None:
+        """What _chain_draft_model will draft with, loading nothing ("mtp": the target's
+        head): whatif simulates the same (whatif/transcript.session_draft_model)."""
+        if self._chain_model is not None or self._spec.draft_model != "default":
+            return self._chain_model
+        if self.mtp_unavailable() is None:
+            return "mtp"
+        path = model_path(DEFAULT_DRAFT)
+        return DEFAULT_DRAFT if path.is_file() and check_pair(self.target_path, path).compatible else None
+
     def _chain_draft_model(self) -> Drafter | None:
         """The model auto or a chain drafts with: the last one named (`mtp`: the target's
         head), else (draft_model "default") the target's own MTP head where one is loaded (it
@@ -237,7 +253,7 @@ class Session:
             raise SpecdashError(f"draft {spec} is incompatible with target {s.target}: {failed} "
                                 f"(translate = false: drafts with another vocabulary are refused; "
                                 f"drop --no-translate to draft through translation)")
-        label = spec if spec in known_names() else Path(spec).stem
+        label = draft_label(spec)
         # Decoding one token on a CPU reads the whole model: its size predicts its cost.
         ratio = path.stat().st_size / max(self.target_path.stat().st_size, 1)
         drafter: DraftModelDrafter | TranslatedDrafter

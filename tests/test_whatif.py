@@ -12,13 +12,15 @@ import importlib.util
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cli_helpers import assert_ok, assert_usage_error, specdash
 from specdash import events as E
 from specdash.engine.controller import CostModelController
-from specdash.engine.settings import EngineSettings
+from specdash.engine.settings import EngineSettings, SamplingParams
+from specdash.whatif.crossval import Halves, cross_validated, pick, split
 from specdash.whatif.profile import BUILTIN, Profile, load_profile, parse_profile
 from specdash.whatif.simulate import Replay, SimResult, make_drafter, simulate
 from specdash.whatif.transcript import Transcript, from_prompt
@@ -434,6 +436,94 @@ def test_simulated_controller_decides_as_the_engine_did(kind, smol_path, small_d
         assert_same_steps(tr, sim, steps, near_ties, f"adaptive {kind} on {prompt[:20]!r}", decisions=True)
 
 
+def test_simulated_auto_chooses_as_the_engine_did(smol_path, small_draft, transcripts, near_ties):
+    """auto, the default, in whatif and in the real engine (its draft model the session's
+    --draft-model): fed the costs and catch-ups the engine measured, the simulation takes
+    the same source, K and reason every step. Simulated as the chain, it would not."""
+    from specdash.session import Session
+
+    s = settings(smol_path, "auto", 4, adaptive=True, draft_model=str(small_draft))
+    params = dict(k_min=s.k_min, k_max=s.k_max, k_init=s.k, verdict_margin=0.0, probe_every=4)
+    drafted_by: set[str] = set()
+    for prompt, tr in zip(PROMPTS, transcripts):
+        ctl = Recorder(**params)
+        session = Session(s, controller=ctl)
+        model: Any = next(p for p in session.engine.drafter.parts() if not p.free).inner
+        asked: list[float] = []  # what auto was told the model's catch-up would cost, each step
+        measured = model.catch_up_ms
+        model.catch_up_ms = lambda tokens: asked.append(measured(tokens)) or asked[-1]
+        try:
+            events = list(session.run(prompt))
+        finally:
+            session.close()
+        steps = [ev for ev in events if isinstance(ev, E.StepEvent)]
+        replay = Replay(steps=ctl.observed, catch_up=asked, seed=ctl.seed, price=ctl.prices[-1])
+        sim = simulate(tr, make_drafter("auto", tr, FLAT, s, replay), FLAT, s, name="auto",
+                       controller=CostModelController(**params), replay=replay)
+        assert_same_steps(tr, sim, steps, near_ties, f"auto on {prompt[:20]!r}", decisions=True)
+        drafted_by |= {t[4] for t in sim.trace}
+        chain = simulate(tr, make_drafter("chain", tr, FLAT, s, replay), FLAT, s,
+                         name="chain", controller=CostModelController(**params), replay=replay)
+        n = agreeing_steps(tr, steps, [], "auto")
+        assert [t[:4] for t in chain.trace[:n]] != [t[:4] for t in sim.trace[:n]], "auto simulated as the chain"
+    assert {"draft", "none"} <= drafted_by and drafted_by & {"lookup", "suffix"}, drafted_by
+
+
+def test_whatif_feeds_autos_model_the_prompt_only_when_it_first_drafts(transcripts, smol_path, small_draft):
+    """As in the engine (drafters/auto.py): auto's model is not prefilled with the prompt;
+    the first step it drafts pays for feeding it (and counts that as catch-up), a chain's
+    model was prefilled and pays for one or two tokens."""
+    tr = transcripts[1]
+    s = settings(smol_path, "auto", 4)
+    prompt = list(tr.prompt)
+    feeds = {}
+    for kind in ("auto", "chain"):
+        drafter = make_drafter(kind, tr, FLAT, s)
+        drafter.reset()
+        drafter.prefill(prompt)
+        model: Any = next(p for p in drafter.parts() if not p.free).inner
+        assert model.catch_up_ms(prompt) == 0.0  # nothing measured yet: as the engine's
+        model.propose(prompt, 3, SamplingParams(temperature=0.0), None)
+        feeds[kind] = (model.spent, model.prep)
+    assert feeds["auto"] == (pytest.approx(FLAT.feed_ms(len(prompt)) + 2 * FLAT.draft_ms),
+                             pytest.approx(FLAT.feed_ms(len(prompt)) / len(prompt) * (len(prompt) - 2)))
+    assert feeds["chain"] == (pytest.approx(FLAT.feed_ms(1) + 2 * FLAT.draft_ms), 0.0)
+
+
+def test_cross_validation_scores_each_pick_on_the_other_half_only():
+    """A drafter that is fast on the first half and slow on the second is the oracle's
+    pick, and the first half's; cross-validated, it is scored on the second half only,
+    and the steady one (the second half's pick) on the first."""
+    steady = Halves("lookup", 4, (50, 1000.0), (50, 1000.0))  # 50 tok/s on both halves
+    lucky = Halves("chain", 8, (60, 500.0), (40, 1000.0))  # 120, then 40 tok/s: 66.7 over the text
+    plain = Halves("none", 0, (50, 2000.0), (50, 2000.0))
+    hindsight = max((h.first[0] + h.second[0]) / (h.first[1] + h.second[1]) * 1e3 for h in (plain, steady, lucky))
+    assert hindsight == pytest.approx(100 / 1.5)  # the oracle: chain K=8
+    cv = pick([plain, steady, lucky])
+    assert cv.on_first == ("chain", 8) and cv.on_second == ("lookup", 4)
+    # chain on the second half (40 tokens in 1000 ms) + lookup on the first (50 in 1000 ms);
+    # each scored on the half it was picked on would be (60 + 50) / 1.5 s.
+    assert cv.tokens_per_s == pytest.approx(90 / 2.0)
+    assert cv.describe() == "chain K=8 picked on the first half, lookup K=4 on the second"
+    assert pick([plain, steady]).describe() == "lookup K=4"
+    assert pick([plain]).describe() == "plain"
+
+
+def test_cross_validation_on_a_real_text_splits_it_in_two(transcripts, smol_path):
+    """Each fixed run's first half is a run over the text's first half only, the second
+    the rest of the run; the pick is made among the runs given."""
+    tr = transcripts[0]
+    s = settings(smol_path, "lookup")
+    runs = [simulate(tr, make_drafter(kind, tr, FLAT, s), FLAT, s, name=kind, k=k)
+            for kind, k in (("none", 0), ("lookup", 2), ("lookup", 8), ("suffix", 4))]
+    halves = split(tr, FLAT, s, runs)
+    for run, h in zip(runs, halves):
+        assert (h.drafter, h.k) == (run.drafter, run.k)
+        assert h.first[0] == tr.n_generated // 2 and 0 < h.first[1] < run.ms
+    assert pick(halves).on_first in {(r.drafter, r.k) for r in runs}
+    assert cross_validated(tr, FLAT, s, runs) == pick(halves)
+
+
 def test_a_checkpoint_targets_rollback_is_priced_apart_as_the_engine_does():
     """On a profile with a [checkpoint] table, whatif tells adaptive K what the engine
     tells it on a checkpoint target (Engine._measure_costs, Engine.step): the rollback's
@@ -547,7 +637,22 @@ def test_whatif_from_a_recording(smol_path, tmp_path):
     assert sorted({r["k"] for r in report["fixed"]}) == [1, 2, 3, 4, 16]
     best = max([*report["fixed"], report["plain"]], key=lambda r: r["tokens_per_s"])
     assert (report["oracle"]["drafter"], report["oracle"]["k"]) == (best["drafter"], best["k"])
-    assert [r["k"] for r in report["adaptive"]] == ["adaptive"] * 3
+    assert [(r["drafter"], r["k"]) for r in report["adaptive"]] == [
+        (d, "adaptive") for d in ("auto", "lookup", "suffix", "chain")]
+    # auto, the default, beside them: adaptive only (at a fixed K it is the chain), and
+    # judged against the fixed (drafter, K) chosen without hindsight and the oracle.
+    auto, cv = report["auto"], report["cross_validated"]
+    assert auto["drafter"] == "auto" and auto["k"] == "adaptive" and auto["generated"] == 24
+    assert sum(auto["drafted_by"].values()) == auto["steps"]
+    fixed = {(r["drafter"], r["k"]) for r in report["fixed"]} | {("none", 0)}
+    for half in ("picked_on_first_half", "picked_on_second_half"):
+        assert (cv[half]["drafter"], cv[half]["k"]) in fixed
+    assert cv["tokens_per_s"] > 0
+    assert auto["vs_cross_validated"] == pytest.approx(auto["tokens_per_s"] / cv["tokens_per_s"])
+    assert auto["vs_oracle"] == pytest.approx(auto["tokens_per_s"] / report["oracle"]["tokens_per_s"])
+    assert "auto / best fixed (drafter, K) chosen without hindsight" in proc.stdout
+    assert f"auto / oracle ({report['oracle']['drafter']} K={report['oracle']['k']}" in proc.stdout \
+        or "auto / oracle (plain" in proc.stdout
     # The recorded run drafted with lookup at K=4: the simulation counts the same.
     steps = [ev for ev in map(json.loads, rec.read_text().splitlines()) if ev.get("event") == "step"]
     sim = next(r for r in report["fixed"] if r["drafter"] == "lookup" and r["k"] == 4)
@@ -582,15 +687,18 @@ def test_save_profile_writes_what_profile_reads(smol_path, small_draft, tmp_path
     """`--profile here --save-profile F` measures this machine (batches to 33, the draft
     model's single, pair and batch decodes) and writes a profile `--profile F` reads back."""
     saved = tmp_path / "here.toml"
-    base = ["whatif", "--prompt", "Count from 1 to 20.", "--target", str(smol_path), "--draft", str(small_draft),
+    base = ["whatif", "--prompt", "Count from 1 to 20.", "--target", str(smol_path),
             "--threads", "1", "--max-tokens", "12", "--ks", "1-2"]
-    proc = specdash(*base, "--save-profile", str(saved))
+    # The default draft source (auto) with --draft-model: whatif loads and simulates that
+    # model, for itself and in auto and the chain, and measures its costs.
+    proc = specdash(*base, "--draft-model", str(small_draft), "--save-profile", str(saved))
     assert_ok(proc)
     assert "profile here" in proc.stdout
+    assert f"\n{small_draft}:" in proc.stdout and "\nauto (the default" in proc.stdout
     prof = load_profile(str(saved))
     assert prof.name == "here" and min(prof.verify) == 1 and max(prof.verify) == 33
     assert prof.draft_ms > 0 and prof.pair_ms and prof.batch_ms  # what a draft model's step is priced from
-    again = specdash(*base, "--profile", str(saved))
+    again = specdash(*base, "--draft", str(small_draft), "--profile", str(saved))
     assert again.returncode == 0, again.stderr
     assert "profile here (measured by specdash whatif" in again.stdout
 

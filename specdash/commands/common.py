@@ -60,6 +60,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_k: bool = True
                    "then ~/.config/specdash/config.toml); flags override it")
     _flag(g, "target", "M")
     _flag(g, "draft", "M")
+    _flag(g, "draft_model", "M")
     _flag(g, "translate")
     if with_k:
         _flag(g, "k")

@@ -34,7 +34,8 @@ def _ks(text: str) -> list[int]:
 def default_kinds() -> list[str]:
     """What whatif simulates unless told otherwise: every drafter kind that drafts (the
     registry's, engine/drafters/kinds.py: a kind added there is simulated with no change
-    here; plain decoding is the baseline anyway), then "model", the --draft model."""
+    here; plain decoding is the baseline anyway; auto, the default, adaptive only), then
+    "model", the draft model (--draft's, else --draft-model's)."""
     return [name for name, kind in KINDS.items() if kind.drafts] + ["model"]
 
 
@@ -44,7 +45,7 @@ def _kinds(text: str) -> list[str]:
     bad = [k for k in kinds if k not in known]
     if not kinds or bad:
         raise argparse.ArgumentTypeError(f"{text!r}: comma-separated drafters from {', '.join(known)} "
-                                         "(model = the --draft model)")
+                                         "(model = the draft model: --draft's, else --draft-model's)")
     return kinds
 
 
@@ -66,10 +67,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "whatif",
         help="predict every drafter and K from one plain greedy run, on any machine's cost profile",
         description="Generate the plain greedy text once (or take it from a temperature-0 recording), then "
-        f"simulate {', '.join(default_kinds()[:-1])} and the draft model at every K over it: acceptance is exact (the "
+        f"simulate {', '.join(k for k in default_kinds()[:-1] if k != 'auto')} and the draft model at every K "
+        "over it, and adaptive: acceptance is exact (the "
         "engine's own drafters replayed over the text; the draft model's argmax from one teacher-forced "
         "pass), time comes from a cost profile. Adaptive K runs the engine's own controller on the "
-        "simulated steps. Greedy only: at temperature > 0 the text is not unique and whatif refuses.",
+        "simulated steps. auto, the default draft source, is simulated adaptive (at a fixed K it is the "
+        "chain) and judged against the best fixed (drafter, K) chosen without hindsight (picked on one "
+        "half of the text, scored on the other, both ways) and against the oracle (the best on the whole "
+        "text, with hindsight). The draft model is --draft's when it names one, else --draft-model's. "
+        "Greedy only: at temperature > 0 the text is not unique and whatif refuses.",
         epilog="Profiles: `here` (measured now, the default), a TOML file, or a shipped one: "
         "epyc-32b (the original research's 32B+0.5B CPU regime), gpu-like, ci-box.",
     )
@@ -81,7 +87,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="Ks to simulate: a range or a list (default 1-32; from a synthetic acceptance, every K "
                    "it can say something about)")
     p.add_argument("--drafters", type=_kinds, metavar="LIST",
-                   help=f"drafters to simulate (default {','.join(default_kinds())}; model = --draft)")
+                   help=f"drafters to simulate (default {','.join(default_kinds())}; model = the draft model; "
+                   "auto: adaptive only, and the cross-validated comparison with it)")
     synth = p.add_argument_group(
         "from an acceptance figure, without a text",
         "Predict tok/s for every K from llama.cpp's synthetic acceptance (llama-server --spec-synth-len, "
@@ -110,12 +117,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specdash.engine.controller import CostModelController
-    from specdash.engine.drafters import is_model
+    from specdash.whatif.crossval import cross_validated
     from specdash.whatif.measure import measure_here
     from specdash.whatif.profile import load_profile, save_profile
-    from specdash.whatif.report import Report
+    from specdash.whatif.report import AUTO, Report
     from specdash.whatif.simulate import sweep
-    from specdash.whatif.transcript import from_prompt, from_recording
+    from specdash.whatif.transcript import from_prompt, from_recording, model_spec
 
     def say(msg: str) -> None:
         print(f"whatif: {msg}", file=sys.stderr, flush=True)
@@ -139,11 +146,12 @@ def run(args: argparse.Namespace) -> int:
             raise SpecdashError(f"--k-max {args.whatif_k_max}: must be an integer 1..64")
         settings = settings.replace(k_max=args.whatif_k_max, k_min=min(settings.k_min, args.whatif_k_max))
     kinds = list(args.drafters or default_kinds())
-    model = settings.draft if is_model(settings.draft) else None
+    model = model_spec(settings)
     if model is None and "model" in kinds:
         kinds.remove("model")
         if args.drafters is not None:
-            raise SpecdashError(f"--drafters model: --draft {settings.draft} is not a draft model")
+            raise SpecdashError(f"--drafters model: no draft model (--draft {settings.draft}, "
+                                f"--draft-model {settings.draft_model})")
     if "model" not in kinds and not any(KINDS[k].uses_model for k in kinds if k in KINDS):
         model = None  # no need to load it
     if args.drafters and "mtp" in args.drafters and not args.recording:
@@ -182,14 +190,18 @@ def run(args: argparse.Namespace) -> int:
     finally:
         session.close()
     kinds = [tr.draft_name if k == "model" else k for k in kinds]
-    kinds = [k for k in kinds if k is not None]
+    kinds = [k for k in kinds if k is not None]  # "model" where "default" found none
 
     def controller() -> CostModelController:
         return CostModelController(k_min=settings.k_min, k_max=settings.k_max, k_init=settings.k)
 
     say(f"simulating {', '.join(kinds)} at K={args.ks[0]}..{args.ks[-1]} and adaptive on profile {profile.name}")
     plain, fixed, adaptive = sweep(tr, kinds, args.ks, profile, settings, controller, say)
-    report = Report(tr, profile, plain, fixed, adaptive)
+    crossval = None
+    if AUTO in kinds and fixed:
+        say("cross-validating the fixed (drafter, K): each picked on one half of the text, run on the other")
+        crossval = cross_validated(tr, profile, settings, [plain, *fixed])
+    report = Report(tr, profile, plain, fixed, adaptive, crossval)
     print(report.text())
     if args.json_out:
         try:

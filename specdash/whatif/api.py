@@ -13,7 +13,7 @@ from specdash.errors import SpecdashError
 from specdash.whatif.measure import measure_here
 from specdash.whatif.profile import load_profile
 from specdash.whatif.simulate import make_drafter, simulate
-from specdash.whatif.transcript import from_prompt
+from specdash.whatif.transcript import from_prompt, model_spec
 
 
 def predict_sweep(settings: EngineSettings, prompt: str, ks: Sequence[int], max_tokens: int, profile_spec: str,
@@ -23,7 +23,7 @@ def predict_sweep(settings: EngineSettings, prompt: str, ks: Sequence[int], max_
     if settings.draft in KINDS and not KINDS[settings.draft].drafts:
         raise SpecdashError(f"--whatif: the draft source is {settings.draft}; nothing to predict")
     profile = None if profile_spec == "here" else load_profile(profile_spec)
-    model = settings.draft if is_model(settings.draft) else None
+    model = model_spec(settings) if is_model(settings.draft) or KINDS[settings.draft].uses_model else None
     s = settings.replace(max_tokens=max_tokens)
     # The head drafts for `mtp` and is the model of auto and a chain without a draft model
     # (whatif/head.py).

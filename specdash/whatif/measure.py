@@ -120,19 +120,18 @@ def measure_here(target: LLM, draft: LLM | None, prompt: Sequence[int], *, overh
 def measure_profile(settings: EngineSettings, prompt: str, say: Callable[[str], None] = lambda s: None,
                     progress: Callable[[str, float | None], None] | None = None, plain_tokens: int = 48) -> Profile:
     """`--profile here` with no text to simulate (a synthetic acceptance): the target, and
-    the draft model when settings.draft is one, loaded as for a run; a short plain greedy
+    the draft model (transcript.model_spec), loaded as for a run; a short plain greedy
     run on `prompt` gives the step level and overhead (as a what-if's plain run does);
     then measure_here."""
-    from specdash.engine.drafters import is_model
     from specdash.events import StepEvent, Summary
     from specdash.session import Session
-    from specdash.whatif.transcript import plain_stats, session_draft_model
+    from specdash.whatif.transcript import model_spec, plain_stats, session_draft_model
 
-    model = settings.draft if is_model(settings.draft) else None
+    model = model_spec(settings)
     say(f"loading {settings.target}")
     session = Session(settings.replace(draft="none", k=0, adaptive=False), progress=progress)
     try:
-        draft_llm, rel = session_draft_model(session, model, say)
+        model, draft_llm, rel = session_draft_model(session, model, say)
         tokens = session.prompt_tokens(prompt)
         say(f"a plain greedy run of {plain_tokens} tokens for the step level, then target batches 1..33"
             + (" and draft tokens" if draft_llm is not None else ""))

@@ -1,15 +1,19 @@
 """The what-if report: a table per drafter (predicted tok/s, acceptance, mean accepted
-length, steps for each K), the oracle best, adaptive K beside it, and the best K per
-content class; as text and as JSON."""
+length, steps for each K), the oracle best, adaptive K beside it, the default (`auto`)
+against the best fixed (drafter, K) chosen without hindsight (crossval.py) and against
+the oracle, and the best K per content class; as text and as JSON."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from specdash.whatif.crossval import CrossVal
 from specdash.whatif.profile import Profile
 from specdash.whatif.simulate import SimResult
 from specdash.whatif.transcript import Transcript
+
+AUTO = "auto"  # the default draft source (engine/drafters/auto.py): simulated adaptive only
 
 
 @dataclass
@@ -19,6 +23,23 @@ class Report:
     plain: SimResult
     fixed: list[SimResult]
     adaptive: list[SimResult]
+    # The best fixed (drafter, K) chosen without hindsight, to judge auto by; None when
+    # auto was not simulated.
+    crossval: CrossVal | None = None
+
+    @property
+    def auto(self) -> SimResult | None:
+        return next((r for r in self.adaptive if r.drafter == AUTO), None)
+
+    def auto_ratios(self) -> dict[str, float] | None:
+        """auto's tok/s over the cross-validated fixed choice's and over the oracle's."""
+        auto = self.auto
+        if auto is None:
+            return None
+        out = {"vs_oracle": auto.tokens_per_s / self.best.tokens_per_s}
+        if self.crossval is not None and self.crossval.tokens_per_s > 0:
+            out["vs_cross_validated"] = auto.tokens_per_s / self.crossval.tokens_per_s
+        return out
 
     @property
     def best(self) -> SimResult:
@@ -62,7 +83,15 @@ class Report:
             "fixed": [r.to_json() for r in self.fixed],
             "adaptive": [r.to_json(trace=True) for r in self.adaptive],
             "per_class": self.best_per_class(),
+            "cross_validated": self.crossval.to_json() if self.crossval is not None else None,
+            "auto": self.auto_json(),
         }
+
+    def auto_json(self) -> dict[str, Any] | None:
+        auto = self.auto
+        if auto is None:
+            return None
+        return {**auto.to_json(), "drafted_by": sources(auto), **(self.auto_ratios() or {})}
 
     def text(self) -> str:
         tr, prof, plain = self.transcript, self.profile, self.plain
@@ -93,6 +122,7 @@ class Report:
             if ad is not None:
                 out.append(f"  adaptive / best fixed (K={top.k}{', plain' if top is plain else ''}): "
                            f"{ad.tokens_per_s / top.tokens_per_s:.2f}")
+        out.extend(self.auto_text())
         out.append("")
         if best is plain:
             out.append(f"oracle best: plain decoding (K=0), {plain.tokens_per_s:.2f} tok/s: no drafter and K pays here")
@@ -107,3 +137,28 @@ class Report:
                 out.append(f"  {label:>6} ({row['tokens']} tokens): {row['drafter']} K={row['k']} "
                            f"{row['tokens_per_s']:.2f} tok/s; by drafter: {drafters}")
         return "\n".join(out)
+
+    def auto_text(self) -> list[str]:
+        auto, ratios = self.auto, self.auto_ratios()
+        if auto is None or ratios is None:
+            return []
+        plain, best = self.plain, self.best
+        oracle = "plain" if best is plain else f"{best.drafter} K={best.k}"
+        out = ["", "auto (the default: each step the fastest of the copies, the draft model and plain decoding, "
+               "adaptive K):",
+               f"  {auto.tokens_per_s:.2f} tok/s, {auto.tokens_per_s / plain.tokens_per_s:.2f}x plain; steps by "
+               "source: " + ", ".join(f"{name} {n}" for name, n in sources(auto).items())]
+        cv = self.crossval
+        if cv is not None and "vs_cross_validated" in ratios:
+            out.append(f"  auto / best fixed (drafter, K) chosen without hindsight ({cv.describe()}: "
+                       f"{cv.tokens_per_s:.2f} tok/s): {ratios['vs_cross_validated']:.2f}")
+        out.append(f"  auto / oracle ({oracle}, chosen with hindsight): {ratios['vs_oracle']:.2f}")
+        return out
+
+
+def sources(run: SimResult) -> dict[str, int]:
+    """How many steps each source drafted in a run (none: plain steps)."""
+    out: dict[str, int] = {}
+    for step in run.trace:
+        out[step[4]] = out.get(step[4], 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))

@@ -42,10 +42,14 @@ from specdash.engine.engine import Engine
 from specdash.engine.settings import EngineSettings, SamplingParams
 from specdash.errors import SpecdashError
 from specdash.whatif.head import SimMtpHead
+from specdash.session import draft_label
 from specdash.whatif.profile import Profile
 from specdash.whatif.transcript import Forced, Transcript
 
 GREEDY = SamplingParams(temperature=0.0)
+# Kinds whose fixed K is another kind's: at a fixed K `auto` has no prices to choose by
+# and drafts as the chain does (drafters/auto.py), so only its adaptive run is its own.
+ADAPTIVE_ONLY = frozenset({"auto"})
 
 
 @dataclass
@@ -268,8 +272,8 @@ def make_drafter(kind: str, tr: Transcript, profile: Profile, settings: EngineSe
     # model and suffix memory), so what the engine sees through the loan, this sees too.
     def model() -> Drafter:
         assert tr.draft is not None and tr.draft_name is not None
-        return Borrowed(SimDraftModel(tr, tr.draft, profile, tr.draft_name, settings.draft_p_min, replay,
-                                      settings.draft_p_joint))
+        return Borrowed(SimDraftModel(tr, tr.draft, profile, draft_label(tr.draft_name), settings.draft_p_min,
+                                      replay, settings.draft_p_joint))
 
     def head() -> Drafter:
         if tr.head is None:
@@ -375,17 +379,20 @@ def simulate(tr: Transcript, drafter: Drafter, profile: Profile, settings: Engin
 def sweep(tr: Transcript, kinds: Sequence[str], ks: Sequence[int], profile: Profile,
           settings: EngineSettings, make_controller: Callable[[], KController],
           say: Callable[[str], None] = lambda s: None) -> tuple[SimResult, list[SimResult], list[SimResult]]:
-    """(plain, every (drafter, K) at fixed K, adaptive per drafter)."""
+    """(plain, every (drafter, K) at fixed K, adaptive per drafter). `auto` is simulated
+    adaptive only (ADAPTIVE_ONLY)."""
     plain = simulate(tr, NoDrafter(), profile, settings, name="none", k=0)
     fixed: list[SimResult] = []
     adaptive: list[SimResult] = []
     for kind in kinds:
         label = kind if kind in KINDS else tr.draft_name
         t0 = time.perf_counter()
-        for k in ks:
+        mine = [] if kind in ADAPTIVE_ONLY else ks
+        for k in mine:
             fixed.append(simulate(tr, make_drafter(kind, tr, profile, settings), profile, settings,
                                   name=label or kind, k=k))
         adaptive.append(simulate(tr, make_drafter(kind, tr, profile, settings), profile, settings,
                                  name=label or kind, controller=make_controller()))
-        say(f"simulated {label}: K={min(ks)}..{max(ks)} and adaptive in {time.perf_counter() - t0:.1f}s")
+        say(f"simulated {label}: " + (f"K={min(mine)}..{max(mine)} and " if mine else "") +
+            f"adaptive in {time.perf_counter() - t0:.1f}s")
     return plain, fixed, adaptive

@@ -194,7 +194,7 @@ def from_prompt(settings: EngineSettings, prompt: str, model: str | None, say: S
     say(f"loading {settings.target}")
     session = Session(plain, progress=progress)
     try:
-        draft_llm, rel = session_draft_model(session, model, say)
+        model, draft_llm, rel = session_draft_model(session, model, say)
         tokens = session.prompt_tokens(prompt)
         say(f"generating the plain greedy text ({settings.max_tokens} tokens at most, K=0)")
         steps: list[E.StepEvent] = []
@@ -217,15 +217,34 @@ def from_prompt(settings: EngineSettings, prompt: str, model: str | None, say: S
         raise
 
 
-def session_draft_model(session: Any, model: str | None, say: Say) -> tuple[LLM | None, float | None]:
-    """The session's draft model (loaded and checked against the target as for a run)
-    and the relative cost it prices a drafted token at."""
+def model_spec(settings: EngineSettings) -> str | None:
+    """The draft model whatif simulates (its "model" drafter, and the one auto and chain
+    draft with): the one --draft names, else --draft-model's; "default" is resolved as the
+    session resolves it, once the target is loaded (session_draft_model). None: no model."""
+    from specdash.engine.drafters import is_model
+
+    if is_model(settings.draft):
+        return settings.draft
+    return None if settings.draft_model == "none" else settings.draft_model
+
+
+def session_draft_model(session: Any, model: str | None, say: Say
+                        ) -> tuple[str | None, LLM | None, float | None]:
+    """(its name, the session's draft model (loaded and checked against the target as for
+    a run), the relative cost it prices a drafted token at). `model` "default": the one
+    auto would draft with (Session.chain_model_spec), if any."""
+    if model == "default":
+        model = session.chain_model_spec()
+        if model == "mtp":
+            model = None  # the target's own head is auto's and the chain's model (Transcript.head)
+        elif model is None:
+            say("no draft model: the default pair's draft is not cached or does not share the target's vocabulary")
     if model is None:
-        return None, None
+        return None, None, None
     say(f"loading draft model {model}")
     lent = session.make_drafter(model)
     inner: Any = getattr(lent, "inner", lent)  # the session lends it wrapped (Borrowed)
-    return inner.llm, inner.relative_cost
+    return model, inner.llm, inner.relative_cost
 
 
 def over_text(target: LLM, prompt: list[int], text: list[int], stop: str, settings: EngineSettings, say: Say,
@@ -301,7 +320,7 @@ def from_recording(path: str, settings: EngineSettings, given: set[str], model: 
     say(f"loading {plain.target}")
     session = Session(plain, progress=progress)
     try:
-        draft_llm, rel = session_draft_model(session, model, say)
+        model, draft_llm, rel = session_draft_model(session, model, say)
         tokens = session.prompt_tokens(prompt_text)
         if n_prefill is not None and n_prefill != len(tokens) - 1:
             raise SpecdashError(f"--recording {path}: its prompt was {n_prefill + 1} tokens, this target "

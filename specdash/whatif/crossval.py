@@ -1,0 +1,91 @@
+"""The best fixed (drafter, K) chosen without hindsight: picked on one half of the text and
+scored on the other, both ways.
+
+The oracle (report.Report.best) picks the fastest of every fixed (drafter, K) on the very
+text it is scored on, so part of its lead is luck: where rejections happen to fall
+against one K, which drafter's copies happen to match. No setting chosen before the text
+is known can have that. Cross-validation asks what a fixed choice made on other text of
+the same kind gives: the pick of the first half runs the second, the pick of the second
+runs the first, and their tokens and time add up to one tok/s over the whole text.
+
+A half's figures come from a simulation of the first half (the text cut at half its
+tokens) and the whole run less that: the simulation is sequential, so the whole run's
+steps over the first half are the half run's, up to the one step that crosses the cut.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specdash.engine.settings import EngineSettings
+from specdash.whatif.profile import Profile
+from specdash.whatif.simulate import SimResult, make_drafter, simulate
+from specdash.whatif.transcript import Transcript
+
+
+@dataclass(frozen=True)
+class Halves:
+    """A fixed run's (tokens, ms) over each half of the text."""
+
+    drafter: str
+    k: int
+    first: tuple[int, float]
+    second: tuple[int, float]
+
+
+@dataclass(frozen=True)
+class CrossVal:
+    """The cross-validated fixed choice: its tok/s over the whole text, and the picks,
+    (drafter, K) chosen on the first half (run on the second) and on the second (run on
+    the first). K = 0 is plain decoding."""
+
+    tokens_per_s: float
+    on_first: tuple[str, int]
+    on_second: tuple[str, int]
+
+    def describe(self) -> str:
+        a, b = (f"{d} K={k}" if k else "plain" for d, k in (self.on_first, self.on_second))
+        return a if a == b else f"{a} picked on the first half, {b} on the second"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tokens_per_s": self.tokens_per_s,
+                "picked_on_first_half": {"drafter": self.on_first[0], "k": self.on_first[1]},
+                "picked_on_second_half": {"drafter": self.on_second[0], "k": self.on_second[1]}}
+
+
+def split(tr: Transcript, profile: Profile, settings: EngineSettings, runs: Sequence[SimResult]) -> list[Halves]:
+    """Each fixed run (plain decoding among them: drafter "none", K = 0) over the two
+    halves of the text. A run's drafter is its kind, or the draft model's name, as
+    simulate.sweep labels them."""
+    half = dataclasses.replace(tr, max_tokens=max(tr.n_generated // 2, 1))
+    out = []
+    for run in runs:
+        assert run.k is not None, "cross-validation picks among fixed K"
+        first = simulate(half, make_drafter(run.drafter, half, profile, settings), profile, settings,
+                         name=run.drafter, k=run.k)
+        out.append(Halves(run.drafter, run.k, (first.generated, first.ms),
+                          (run.generated - first.generated, run.ms - first.ms)))
+    return out
+
+
+def pick(halves: Sequence[Halves]) -> CrossVal:
+    """Each half's fastest (drafter, K), scored on the other half only."""
+
+    def rate(part: tuple[int, float]) -> float:
+        return part[0] / part[1] if part[1] > 0 else 0.0
+
+    on_first = max(halves, key=lambda h: rate(h.first))
+    on_second = max(halves, key=lambda h: rate(h.second))
+    tokens = on_first.second[0] + on_second.first[0]
+    ms = on_first.second[1] + on_second.first[1]
+    return CrossVal(tokens / ms * 1e3 if ms > 0 else 0.0,
+                    (on_first.drafter, on_first.k), (on_second.drafter, on_second.k))
+
+
+def cross_validated(tr: Transcript, profile: Profile, settings: EngineSettings,
+                    runs: Sequence[SimResult]) -> CrossVal:
+    """The best of `runs` (fixed (drafter, K) over the whole text) chosen without hindsight."""
+    return pick(split(tr, profile, settings, runs))
