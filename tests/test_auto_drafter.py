@@ -221,3 +221,40 @@ def test_draft_x_still_pins_x_and_bad_values_are_one_line(smol_path):
     assert {e["drafter"] for e in events if e["event"] == "step"} <= {"lookup", "none"}
     assert_usage_error(specdash("run", "--draft", "", "--prompt", "x"), "--draft")
     assert_usage_error(specdash("run", "--draft-model", "", "--prompt", "x"), "--draft-model")
+
+
+class LazyModel(Model):
+    """A model auto never prefilled: `behind` tokens to feed, no catch-up measured yet."""
+
+    def __init__(self, behind: int):
+        super().__init__()
+        self.behind = behind
+        self.catch_up_measured = False
+
+    def catch_up_tokens(self, tokens):
+        return self.behind
+
+
+@pytest.mark.parametrize("behind,horizon,drafts", [(600, 128, False), (600, 100_000, True), (20, 128, True)])
+def test_a_model_never_fed_sits_out_where_its_first_catch_up_cannot_be_earned_back(behind, horizon, drafts):
+    """Its first catch-up (the whole prompt) is estimated from its predicted draft cost and
+    the target's batch costs; more than CATCH_UP_SHARE of the plain time left: it sits out
+    and the reason says so. A short backlog, or a long run ahead, and it warms up."""
+    from specdash.engine.adaptive_draft import CATCH_UP_SHARE
+
+    lookup, suffix, _, _ = sources()
+    model = LazyModel(behind)
+    auto = AutoDrafter([lookup, suffix, model])
+    ctl = controller()
+    ctl.price_draft(0.3)  # a draft token predicted at 0.3 target steps, as the default pair's sizes say
+    estimate = ctl.catch_up_estimate(behind)
+    # a draft token's predicted cost, at the per-token discount of the target's 33-token batch
+    assert estimate == pytest.approx(behind * 0.3 * ctl.costs.step_cost(33) / 33)
+    draft, k, why = choose_source(auto.parts(), [1, 2, 3], ctl, "code", 16, SP, RNG, horizon)
+    over = estimate > CATCH_UP_SHARE * horizon * COSTS[1]
+    assert over == (not drafts)
+    if drafts:
+        assert draft.source == "draft" and k > 0 and model.asked[-1] == k
+    else:
+        assert (draft.tokens, k) == ([], 0) and model.asked == [0]
+        assert f"the-model skipped for its catch-up (~{estimate:.0f} ms" in why and f"{horizon} tokens" in why

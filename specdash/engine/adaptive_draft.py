@@ -31,12 +31,13 @@ def propose_adaptive(
     k_cap: int,
     sampling: SamplingParams,
     rng: np.random.Generator | None,
+    horizon: int | None = None,
 ) -> tuple[Draft, int, str]:
     """(draft, K it was cut or chosen to, the controller's reason). Every source sees
     every step: those not asked to draft get k = 0 ("look, do not draft")."""
     parts = list(drafter.parts())
     if drafter.name == "auto":
-        return choose_source(parts, tokens, controller, content, k_cap, sampling, rng)
+        return choose_source(parts, tokens, controller, content, k_cap, sampling, rng, horizon)
     draft, k, why = Draft.empty(), 0, "nothing to copy"
     for i, source in enumerate(parts):
         if draft.tokens or k_cap <= 0:
@@ -59,6 +60,12 @@ def propose_adaptive(
     return draft, k, why
 
 
+# The most of plain decoding's time for the rest of a run that auto lets its model's first
+# catch-up take. The adaptive draft model's best speedups on 2-core CPUs were 1.03-1.23x
+# (issue 32's table): a catch-up of more than a tenth of the remaining time is not repaid.
+CATCH_UP_SHARE = 0.1
+
+
 def choose_source(
     parts: Sequence[Drafter],
     tokens: Sequence[int],
@@ -67,12 +74,18 @@ def choose_source(
     k_cap: int,
     sampling: SamplingParams,
     rng: np.random.Generator | None,
+    horizon: int | None = None,
 ) -> tuple[Draft, int, str]:
     """`auto`'s step: every copy source offers its longest copy (free to ask), each copy
     is priced (how much of it to verify, and at what expected tokens per ms), and the
     best copy drafts if it beats the model's expected rate with its catch-up paid;
     otherwise the model's K is chosen as always (controller.choose: plain decoding, a
-    probe, or K > 0). Sources not drafting this step look (k = 0)."""
+    probe, or K > 0). Sources not drafting this step look (k = 0).
+
+    Before the model measured a catch-up of its own, its first one (the whole prompt:
+    auto prefills it lazily) is estimated (controller.catch_up_estimate), and the model
+    sits out while that exceeds CATCH_UP_SHARE of plain decoding's time for the `horizon`
+    tokens left: it could not earn it back."""
     copies = [p for p in parts if p.free]
     models = [p for p in parts if not p.free]
     best: tuple[float, Draft, int, str] | None = None
@@ -85,6 +98,19 @@ def choose_source(
             best = (rate, offer.cut(n), n, why)
     model = models[0] if models and k_cap > 0 else None
     catch_up = model.catch_up_ms(tokens) if model is not None else 0.0
+    if model is not None and not catch_up and not getattr(model, "catch_up_measured", True):
+        catch_up = controller.catch_up_estimate(model.catch_up_tokens(tokens))  # type: ignore[attr-defined]
+        plain = controller.plain_rate()
+        if horizon is not None and plain > 0 and catch_up > CATCH_UP_SHARE * horizon / plain:
+            why = (f"{model.label} skipped for its catch-up (~{catch_up:.0f} ms, more than "
+                   f"{CATCH_UP_SHARE:.0%} of {horizon} tokens' plain time)")
+            for other in parts:
+                if not other.free:
+                    other.propose(tokens, 0, sampling, rng)
+            if best is None:
+                return Draft.empty(), 0, why
+            rate, draft, n, copy_why = best
+            return draft, n, f"{copy_why}; {why}"
     if best is not None:
         rate, draft, n, why = best
         if model is None or rate >= controller.model_rate(content, catch_up):
@@ -119,11 +145,13 @@ def propose(
     content: str,
     sampling: SamplingParams,
     rng: np.random.Generator | None,
+    horizon: int | None = None,
 ) -> tuple[Draft, int, str]:
     """This step's draft, of at most `cap` tokens (step_rules.k_cap): (draft, K, the
     controller's reason). Without a controller K is fixed at `cap`; the drafter is asked
     even at K=0, since history-keeping drafters (suffix) must see every step. The engine
-    and whatif both draft through here, so a change in who drafts reaches both."""
+    and whatif both draft through here, so a change in who drafts reaches both.
+    `horizon`: tokens left in the run's budget (auto weighs a model's catch-up on it)."""
     if controller is not None:
-        return propose_adaptive(drafter, tokens, controller, content, cap, sampling, rng)
+        return propose_adaptive(drafter, tokens, controller, content, cap, sampling, rng, horizon)
     return drafter.propose(tokens, cap, sampling, rng), cap, ""

@@ -49,6 +49,10 @@ K_MAX: int = LIMIT["k_max"].default
 K_INIT: int = LIMIT["k"].default
 
 
+# A catch-up is fed as one batch; its cost per token is estimated from the target's batch of
+# this many tokens (the biggest the engine calibrates: Engine.COST_SIZES).
+CATCH_UP_BATCH = 33
+
 class KController(Protocol):
     def choose(self, content: str, catch_up_ms: float = 0.0) -> tuple[int, str]:
         """(K for the next step, a short reason for the UI). `catch_up_ms`: what the draft
@@ -76,6 +80,11 @@ class KController(Protocol):
 
     def plain_rate(self) -> float:
         """Tokens per ms of plain decoding (one token per target step); 0 until measured."""
+        ...
+
+    def catch_up_estimate(self, n_tokens: int) -> float:
+        """ms a draft model is expected to spend feeding `n_tokens` it never saw, before it
+        measured a catch-up of its own; 0 where nothing is known to estimate it from."""
         ...
 
     def observe(
@@ -204,6 +213,9 @@ class ThresholdController:
 
     def plain_rate(self) -> float:
         return 0.0  # the baseline rule knows no costs
+
+    def catch_up_estimate(self, n_tokens: int) -> float:
+        return 0.0
 
     def observe(
         self,
@@ -452,6 +464,15 @@ class CostModelController:
     def plain_rate(self) -> float:
         s1 = self.costs.step_cost(1)
         return 1.0 / s1 if s1 else 0.0
+
+    def catch_up_estimate(self, n_tokens: int) -> float:
+        # The model's cost per drafted token (its prior until measured), times how much
+        # cheaper a token is in the target's biggest calibration batch than alone: a
+        # catch-up is one batch.
+        s1, big = self.costs.step_cost(1), self.costs.step_cost(CATCH_UP_BATCH)
+        if not s1 or not big:
+            return 0.0
+        return n_tokens * self.model.token_ms_estimate(s1) * (big / CATCH_UP_BATCH) / s1
 
     def copy_offer(self, source: str, evidence: int, available: int, content: str) -> tuple[int, float, str]:
         n, why = self.trim(source, evidence, available, content)

@@ -95,6 +95,13 @@ class DraftPricing:
         """Measured draft ms per drafted token (0 before any)."""
         return self._draft_ms.value
 
+    def token_ms_estimate(self, s1: float) -> float:
+        """Draft ms per drafted token: measured, else what the model's size predicts
+        (price) for a target step of `s1` ms, else 0 (unknown)."""
+        if self._draft_ms.count:
+            return self._draft_ms.value
+        return self._prior * s1 if self._prior is not None else 0.0
+
     def drafted_steps(self, content: str) -> int:
         """Drafting steps measured under this content label."""
         return self._drafted_steps.get(content, 0)

@@ -350,7 +350,7 @@ class Engine:
             adaptive = s.adaptive and self.controller is not None
             cap = rules.k_cap(room, adaptive=adaptive, k=s.k, k_max=s.k_max)
             draft, k, decision = propose(self.drafter, run.tokens, cap, self.controller if adaptive else None,
-                                         content, s.sampling, self.rng)
+                                         content, s.sampling, self.rng, horizon=run.max_tokens - run.generated)
         draft = rules.fit(draft, k, limits)
         draft_rb_ms, draft_rb_bytes = _take_draft_rollback(self.drafter)
         t_draft = time.perf_counter()

@@ -150,8 +150,14 @@ class SimDraftModel:
             i = self._choices
             self._choices += 1
             return self.replay.catch_up[i] if i < len(self.replay.catch_up) else 0.0
-        behind = len(tokens) - self._common_prefix(tokens) - 2
-        return behind * self._catch_up if behind > 0 else 0.0
+        return self.catch_up_tokens(tokens) * self._catch_up
+
+    def catch_up_tokens(self, tokens: Sequence[int]) -> int:
+        return max(len(tokens) - self._common_prefix(tokens) - 2, 0)
+
+    @property
+    def catch_up_measured(self) -> bool:
+        return self.replay is not None or self._catch_up > 0
 
     def propose(self, tokens: Sequence[int], k: int, sampling: SamplingParams,
                 rng: np.random.Generator | None) -> Draft:
@@ -337,7 +343,8 @@ def simulate(tr: Transcript, drafter: Drafter, profile: Profile, settings: Engin
         for part in parts:
             part.spent = part.prep = 0.0
         cap = rules.k_cap(room, adaptive=controller is not None, k=k or 0, k_max=settings.k_max)
-        draft, kk, decision = propose(drafter, tokens, cap, controller, content, GREEDY, None)
+        draft, kk, decision = propose(drafter, tokens, cap, controller, content, GREEDY, None,
+                                      horizon=max_tokens - res.generated)
         draft = rules.fit(draft, kk, limits)
         drafted = len(draft.tokens)
         # Verify: greedy, the target accepts the draft up to its first token off the text.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
@@ -191,3 +191,8 @@ class Borrowed:
 
     def close(self) -> None:
         pass
+
+    def __getattr__(self, name: str) -> Any:
+        # A source's optional extras (a draft model's catch_up_tokens, catch_up_measured)
+        # are the lender's: auto reads them through the loan.
+        return getattr(self.inner, name)
