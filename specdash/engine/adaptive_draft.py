@@ -61,9 +61,11 @@ def propose_adaptive(
 
 
 # The most of plain decoding's time for the rest of a run that auto lets its model's first
-# catch-up take. The adaptive draft model's best speedups on 2-core CPUs were 1.03-1.23x
-# (issue 32's table): a catch-up of more than a tenth of the remaining time is not repaid.
-CATCH_UP_SHARE = 0.1
+# catch-up take: the model can only earn it back by what it saves, and the adaptive draft
+# model saved 0-12% of the time on 2-core CPUs (0.96-1.14x plain, median 0.99x, on six
+# prompts: benchmarks/results/auto-default.txt). At a tenth, a 128-token run on a short
+# prompt still paid a 0.7 s warm-up the model never earned back (0.89x plain).
+CATCH_UP_SHARE = 0.05
 
 
 def choose_source(
