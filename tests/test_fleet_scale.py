@@ -52,10 +52,12 @@ def test_stalled_and_garbage_servers_are_marked_and_polls_do_not_pile_up() -> No
                     # Not held up by the stalled ones: polled about every INTERVAL throughout.
                     assert s.polls >= 0.6 * elapsed / INTERVAL, (s.polls, elapsed)
                 # Never more than one request in flight per server, and no more polls than the
-                # interval allows (a poll starts INTERVAL after the last one started).
+                # interval allows (a poll starts INTERVAL after the last one started). The
+                # servers' counts and `elapsed` are read at slightly different moments: a
+                # poll landing between them is not a pile-up (CI read 12 polls in 2.4996 s).
                 for s in fleet.servers:
                     assert s.max_in_flight == 1, (s.kind, s.max_in_flight)
-                    assert s.polls <= elapsed / INTERVAL + 2, (s.kind, s.polls, elapsed)
+                    assert s.polls <= elapsed / INTERVAL + 3, (s.kind, s.polls, elapsed)
                 # A stalled server costs its own poller a read timeout per poll, no more.
                 for s in by_kind["stall"]:
                     assert s.requests <= elapsed / READ_TIMEOUT + 1
