@@ -56,23 +56,10 @@ from specdash.remote.metrics import parse
 from specdash.whatif.measure import measure_profile
 from specdash.whatif.profile import Profile
 from specdash.whatif.synthetic import MODEL, geometric, plain_tokens_per_s, predict
+from whatif_accuracy import Report  # benchmarks/ is sys.path[0] when this runs
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = BUILTIN[0].text  # what is accepted is drawn; the prompt only sets the context length
-
-
-class Report:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def __call__(self, line: str) -> None:
-        print(line, flush=True)
-        self.lines.append(line)
-
-    def write(self, out: str) -> None:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text("\n".join(self.lines) + "\n", encoding="utf-8")
-        print(f"wrote {out}")
 
 
 @dataclass

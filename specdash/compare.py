@@ -18,6 +18,7 @@ Limits, both "worse by more than X":
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,9 @@ class Figures:
         else:  # no step events: every draft counts as reaching every position (vLLM's rate)
             accepted = list(s.num_accepted_tokens_per_pos)
             drafted = [s.num_drafts] * len(accepted)
+        self._add_per_pos(drafted, accepted)
+
+    def _add_per_pos(self, drafted: Sequence[int], accepted: Sequence[int]) -> None:
         grow = len(drafted) - len(self.per_pos_drafted)
         if grow > 0:
             self.per_pos_drafted.extend([0] * grow)
@@ -75,13 +79,7 @@ class Figures:
         self.drafted += other.drafted
         self.accepted += other.accepted
         self.stop_reasons += other.stop_reasons
-        grow = len(other.per_pos_drafted) - len(self.per_pos_drafted)
-        if grow > 0:
-            self.per_pos_drafted.extend([0] * grow)
-            self.per_pos_accepted.extend([0] * grow)
-        for i, (d, a) in enumerate(zip(other.per_pos_drafted, other.per_pos_accepted)):
-            self.per_pos_drafted[i] += d
-            self.per_pos_accepted[i] += a
+        self._add_per_pos(other.per_pos_drafted, other.per_pos_accepted)
 
     @property
     def acceptance(self) -> float | None:

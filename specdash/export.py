@@ -44,6 +44,19 @@ def _arch(target_path: str) -> str:
                             "the expert override needs it") from None
 
 
+def _draft_limits(st: SettingsEvent, k: int, confidences: str, notes: list[str]) -> list[str]:
+    """A drafting model's length flags (--spec-draft-n-max K, --spec-draft-p-min P); the
+    joint confidence cut has no flag and becomes a note."""
+    args = ["--spec-draft-n-max", str(k)]
+    if st.draft_p_min:
+        args += ["--spec-draft-p-min", f"{st.draft_p_min:g}"]
+    if st.draft_p_joint:
+        notes.append(f"draft_p_joint {st.draft_p_joint:g} (stop a draft where the product of the "
+                     f"{confidences} falls below it) has no llama-server flag: exported "
+                     "without it, so its drafts run to K")
+    return args
+
+
 def server_args(st: SettingsEvent, *, k: int | None = None) -> tuple[list[str], list[str]]:
     """(arguments after `llama-server`, notes) for settings `st`. `k`: the K to export
     (default: the settings' K; pass the K in force for an adaptive session)."""
@@ -78,13 +91,7 @@ def server_args(st: SettingsEvent, *, k: int | None = None) -> tuple[list[str], 
         if head:
             # llama-server loads the head with the target (load_mtp) when draft-mtp is asked for.
             types.append("draft-mtp")
-            args += ["--spec-draft-n-max", str(k)]
-            if st.draft_p_min:
-                args += ["--spec-draft-p-min", f"{st.draft_p_min:g}"]
-            if st.draft_p_joint:
-                notes.append(f"draft_p_joint {st.draft_p_joint:g} (stop a draft where the product of the "
-                             "head's top-10 confidences falls below it) has no llama-server flag: exported "
-                             "without it, so its drafts run to K")
+            args += _draft_limits(st, k, "head's top-10 confidences", notes)
         if model is not None:
             if not st.draft_path:
                 if draft in ("chain", "auto"):
@@ -98,13 +105,7 @@ def server_args(st: SettingsEvent, *, k: int | None = None) -> tuple[list[str], 
                              "translation, which llama-server does not do; exported without it")
             else:
                 types.append("draft-simple")
-                args += ["-md", st.draft_path, "--spec-draft-n-max", str(k)]
-                if st.draft_p_min:
-                    args += ["--spec-draft-p-min", f"{st.draft_p_min:g}"]
-                if st.draft_p_joint:
-                    notes.append(f"draft_p_joint {st.draft_p_joint:g} (stop a draft where the product of the "
-                                 "draft's top probabilities falls below it) has no llama-server flag: exported "
-                                 "without it, so its drafts run to K")
+                args += ["-md", st.draft_path, *_draft_limits(st, k, "draft's top probabilities", notes)]
         if types:
             args += ["--spec-type", ",".join(types)]
     elif draft != "none":

@@ -148,14 +148,13 @@ def pytest_terminal_summary(terminalreporter):
 # Random-weight GGUFs written on first use into <cache>/fixtures by
 # tests/fixtures/recurrent_gguf.py (keyed by a hash of the builder's parameters).
 
-def _recurrent_gguf():
-    """tests/fixtures/recurrent_gguf.py, loaded by path: tests/fixtures also holds data
+def _fixture_module(name: str):
+    """tests/fixtures/<name>.py, loaded by path once: tests/fixtures also holds data
     directories (vllm/, llamacpp/) that must not become importable packages."""
     import importlib.util
     import sys
     from pathlib import Path
 
-    name = "recurrent_gguf"
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "fixtures" / f"{name}.py")
         assert spec and spec.loader
@@ -163,6 +162,10 @@ def _recurrent_gguf():
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def _recurrent_gguf():
+    return _fixture_module("recurrent_gguf")
 
 
 @pytest.fixture(scope="session")
@@ -213,19 +216,7 @@ def hybrid_ckpt_draft_path():
 # <cache>/fixtures by tests/fixtures/mtp_gguf.py (keyed by a hash of its parameters).
 
 def _mtp_gguf():
-    """tests/fixtures/mtp_gguf.py, loaded by path (as _recurrent_gguf)."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    name = "mtp_gguf"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "fixtures" / f"{name}.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return _fixture_module("mtp_gguf")
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,7 @@ import pytest
 
 import specdash.session as session_module
 from cli_helpers import assert_ok, assert_usage_error, specdash
+from test_engine_exact import plain_greedy
 from specdash import events as E
 from specdash.engine.controller import CostModelController
 from specdash.engine.drafters.mtp import HIDE_ENV, MtpDrafter, MtpUnavailable
@@ -41,20 +42,6 @@ N_TOKENS = 64
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
 KS = (1, 2, 4, K_CAP)
 GREEDY = SamplingParams(0.0, 0, 1.0)
-
-
-def plain_greedy(llm: LLM, prompt: list[int], n: int) -> list[int]:
-    """Greedy plain decoding, one token per forward pass, up to n tokens or the end."""
-    llm.clear()
-    llm.prefill(prompt[:-1])
-    last, pos, out = prompt[-1], len(prompt) - 1, []
-    for _ in range(n):
-        tok = int(llm.decode([last], pos, logits="last")[0].argmax())
-        if llm.is_eog(tok):
-            break
-        out.append(tok)
-        last, pos = tok, pos + 1
-    return out
 
 
 def teacher_forced_gaps(llm: LLM, prompt: list[int], tokens: list[int]) -> list[tuple[int, float]]:

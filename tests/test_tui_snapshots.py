@@ -158,6 +158,15 @@ def three_fast_swaps() -> list:
     return out
 
 
+async def until_replayed(pilot, app, steps: int) -> None:
+    """Every step of a canned replay on screen (a liveness bound of ~12 s)."""
+    for _ in range(600):
+        if app.stats.total.steps == steps and app.engine_state == "running" and app.panels_current:
+            break
+        await pilot.pause(0.02)
+    assert app.stats.total.steps == steps, "the replay did not reach the screen"
+
+
 @pytest.mark.parametrize("size", [(80, 24), (140, 40)], ids=["80x24", "140x40"])
 def test_labels_of_three_swaps_within_a_second(snap_compare, size):
     """Three hot-swaps within a second put their lines a cell apart: the labels stack, or
@@ -167,11 +176,7 @@ def test_labels_of_three_swaps_within_a_second(snap_compare, size):
     app = replay_app(session_factory=lambda s, p: ReplaySession(s, p, events=events))
 
     async def settled(pilot) -> None:
-        for _ in range(600):
-            if app.stats.total.steps == steps and app.engine_state == "running" and app.panels_current:
-                break
-            await pilot.pause(0.02)
-        assert app.stats.total.steps == steps, "the replay did not reach the screen"
+        await until_replayed(pilot, app, steps)
         assert [label for _, label in app.stats.markers][-3:] == ["K=12", "adaptive on", "T=0.7"]
         await pilot.pause(0.3)
         app._update_panels()
@@ -249,11 +254,7 @@ def test_the_live_speed_is_drawn_over_the_plain_reference(snap_compare):
     app = replay_app(session_factory=lambda s, p: ReplaySession(s, p, events=events))
 
     async def settled(pilot) -> None:
-        for _ in range(600):
-            if app.stats.total.steps == steps and app.engine_state == "running" and app.panels_current:
-                break
-            await pilot.pause(0.02)
-        assert app.stats.total.steps == steps, "the replay did not reach the screen"
+        await until_replayed(pilot, app, steps)
         plain, live = app.stats.plain_tokens_per_s, app.stats.tokens_per_s
         assert plain is not None and live is not None and abs(live / plain - 1) < 0.1, (live, plain)
         await pilot.pause(0.3)

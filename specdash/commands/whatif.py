@@ -9,6 +9,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from specdash.commands.common import add_engine_arguments, add_prompt_arguments, load_settings, read_prompt, stderr_progress
 from specdash.engine.drafters import KINDS
@@ -115,6 +116,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _write_json(path: str, payload: dict[str, Any]) -> None:
+    try:
+        Path(path).write_text(json.dumps(payload, indent=1), encoding="utf-8")
+    except OSError as exc:
+        raise SpecdashError(f"--json {path}: cannot write it ({exc.strerror or exc})") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from specdash.engine.controller import CostModelController
     from specdash.whatif.crossval import cross_validated
@@ -204,10 +212,7 @@ def run(args: argparse.Namespace) -> int:
     report = Report(tr, profile, plain, fixed, adaptive, crossval)
     print(report.text())
     if args.json_out:
-        try:
-            Path(args.json_out).write_text(json.dumps(report.to_json(), indent=1), encoding="utf-8")
-        except OSError as exc:
-            raise SpecdashError(f"--json {args.json_out}: cannot write it ({exc.strerror or exc})") from None
+        _write_json(args.json_out, report.to_json())
         say(f"wrote {args.json_out}")
     return 0
 
@@ -248,9 +253,6 @@ def run_synthetic(args: argparse.Namespace, prompt: str | None, say: Callable[[s
     result = report(synthetic, profile, args.ks)
     print(result.text())
     if args.json_out:
-        try:
-            Path(args.json_out).write_text(json.dumps(result.to_json(), indent=1), encoding="utf-8")
-        except OSError as exc:
-            raise SpecdashError(f"--json {args.json_out}: cannot write it ({exc.strerror or exc})") from None
+        _write_json(args.json_out, result.to_json())
         say(f"wrote {args.json_out}")
     return 0

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from specdash.engine.drafters.base import Draft
+from specdash.engine.drafters.base import Draft, NoDrafter
 from specdash.engine.settings import EngineSettings, SamplingParams
 from specdash.errors import SpecdashError
 from specdash.limits import K_CAP
@@ -363,19 +363,15 @@ class _SynthDraftModel(SimDraftModel):
         return super().propose(tokens, k, sampling, rng)
 
 
-class _SynthCopy:
-    """A model-free drafter whose copy is right for the first a positions (a drawn)."""
+class _SynthCopy(NoDrafter):
+    """A model-free drafter whose copy is right for the first a positions (a drawn); the
+    rest of its protocol is plain decoding's (nothing to catch up, prefill or forget)."""
 
     name = label = "synthetic"
-    free = True
     relative_cost: float | None = None
-    k_ceiling = False
 
     def __init__(self, seq: Sequence[int], n_prompt: int, rates: Sequence[float], rng: np.random.Generator):
         self.seq, self.n_prompt, self._rates, self._rng = seq, n_prompt, list(rates), rng
-
-    def parts(self) -> Sequence[Any]:
-        return [self]
 
     def propose(self, tokens: Sequence[int], k: int, sampling: SamplingParams,
                 rng: np.random.Generator | None) -> Draft:
@@ -384,24 +380,6 @@ class _SynthCopy:
         j0 = len(tokens) - self.n_prompt
         a = draw_accepted(self._rng, self._rates[:k])
         return Draft([*self.seq[j0 : j0 + a], *[WRONG] * (k - a)], None, self.name)
-
-    def catch_up_ms(self, tokens: Sequence[int]) -> float:
-        return 0.0
-
-    def prefill(self, tokens: Sequence[int]) -> None:
-        pass
-
-    def reset(self) -> None:
-        pass
-
-    def forget(self) -> None:
-        pass
-
-    def set_cut(self, p_joint: float) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def synthetic_transcript(n_tokens: int) -> Transcript:
