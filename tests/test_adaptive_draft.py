@@ -36,6 +36,9 @@ class CostlySource:
     def catch_up_ms(self, tokens):
         return 0.0
 
+    def unpriced_catch_up(self, tokens):
+        return 0
+
     def prefill(self, tokens): ...
     def reset(self): ...
     def forget(self): ...

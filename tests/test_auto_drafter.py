@@ -47,6 +47,9 @@ class Copy:
     def catch_up_ms(self, tokens):
         return 0.0
 
+    def unpriced_catch_up(self, tokens):
+        return 0
+
     def prefill(self, tokens):
         self.prefilled = list(tokens)
 
@@ -73,6 +76,9 @@ class Model(Copy):
 
     def catch_up_ms(self, tokens):
         return self.catch_up
+
+    def unpriced_catch_up(self, tokens):
+        return 0
 
 
 def controller(model_alpha: float | None = None, model_ms: float = 15.0) -> CostModelController:
@@ -229,9 +235,8 @@ class LazyModel(Model):
     def __init__(self, behind: int):
         super().__init__()
         self.behind = behind
-        self.catch_up_measured = False
 
-    def catch_up_tokens(self, tokens):
+    def unpriced_catch_up(self, tokens):
         return self.behind
 
 

@@ -147,6 +147,9 @@ class Repeat:
     def catch_up_ms(self, tokens: Sequence[int]) -> float:
         return 0.0
 
+    def unpriced_catch_up(self, tokens: Sequence[int]) -> int:
+        return 0
+
     def prefill(self, tokens: Sequence[int]) -> None:
         pass
 

@@ -255,6 +255,9 @@ class Recorder:
     def catch_up_ms(self, tokens):
         return 0.0
 
+    def unpriced_catch_up(self, tokens):
+        return 0
+
     def prefill(self, tokens):
         self.prefilled.append(len(tokens))
 

@@ -196,6 +196,9 @@ class _WrongDrafter:
     def catch_up_ms(self, tokens):
         return 0.0
 
+    def unpriced_catch_up(self, tokens):
+        return 0
+
     def prefill(self, tokens):
         pass
 

@@ -21,7 +21,7 @@ import pytest
 from cli_helpers import assert_ok, specdash
 from specdash import events as E
 from specdash.engine.controller import CostModelController
-from specdash.engine.engine import Engine
+from specdash.engine import step_rules as rules
 from specdash.engine.llm import LLM
 from specdash.engine.rollback import Strategy
 from specdash.engine.settings import K_CAP, EngineSettings
@@ -243,7 +243,10 @@ def test_greedy_adaptive_k_is_plain_decoding(fx, near_ties):
     if EXPECTED[fx.name] == "checkpoint":
         assert len(priced) == 1 and ctl.costs.rollback is not None, notices
         save, restore, replay = ctl.costs.rollback
-        assert save > 0 and restore > 0 and set(replay) == set(Engine.COST_SIZES)  # every calibration size fits the fixtures' batch
+        # Every calibration size a step there can use: up to what its rollback takes back, + 1.
+        sizes = rules.cost_sizes(rules.Limits(10**6, 10**6, None, session.engine.target.strategy.max_draft), 0,
+                                 session.engine.settings.k_max)
+        assert save > 0 and restore > 0 and set(replay) == set(sizes) and len(sizes) >= 2
     else:
         assert not priced and ctl.costs.rollback is None  # snapshots: nothing to replay
 

@@ -490,6 +490,41 @@ def test_whatif_feeds_autos_model_the_prompt_only_when_it_first_drafts(transcrip
     assert feeds["chain"] == (pytest.approx(FLAT.feed_ms(1) + 2 * FLAT.draft_ms), 0.0)
 
 
+def test_a_draft_models_prompt_feed_is_counted_where_it_is_paid(transcripts, smol_path, small_draft):
+    """A fixed draft model (alone or in the chain) is fed the prompt in the prefill: the
+    run's prompt_feed_ms, out of decoding's tok/s but in the tok/s auto is judged by, and
+    in the first half of a cross-validation. auto feeds its model lazily, inside decoding:
+    its prompt_feed_ms is 0 and what it paid is in its ms."""
+    tr = transcripts[1]
+    s = settings(smol_path, "auto", 4)
+    feed = FLAT.feed_ms(len(tr.prompt) - 1)
+    for kind in ("chain", str(small_draft)):
+        run = simulate(tr, make_drafter(kind, tr, FLAT, s), FLAT, s, name=kind, k=3)
+        assert run.prompt_feed_ms == pytest.approx(feed)
+        assert run.tokens_per_s_with_feed == pytest.approx(run.generated / (run.ms + feed) * 1e3)
+        (half,) = split(tr, FLAT, s, [run])
+        first = simulate(dataclasses.replace(tr, max_tokens=tr.n_generated // 2),
+                         make_drafter(kind, tr, FLAT, s), FLAT, s, name=kind, k=3)
+        assert half.first[1] == pytest.approx(first.ms) and half.prompt_feed_ms == pytest.approx(feed)
+        assert half.second[1] == pytest.approx(run.ms - first.ms)
+        # Cross-validated, the pick of the second half is scored on the first with the feed.
+        cv, decoding = pick([half]), pick([half], feed=False)
+        assert cv.tokens_per_s == pytest.approx(run.generated / (run.ms + feed) * 1e3)
+        assert decoding.tokens_per_s == pytest.approx(run.tokens_per_s)
+        if kind == str(small_draft):
+            # And each step pays the model's drafting (at least one fed token and K - 1
+            # decodes at the profile's cost) besides the verify: a loan (Borrowed) around
+            # the simulated model once hid its costs, pricing it at nothing.
+            verify = sum(FLAT.verify_ms(t[1] + 1) + FLAT.overhead_ms for t in run.trace)
+            drafting = sum(t[1] * FLAT.draft_ms for t in run.trace if t[1])
+            assert run.drafts and run.ms >= verify + drafting - 1e-6
+    lookup = simulate(tr, make_drafter("lookup", tr, FLAT, s), FLAT, s, name="lookup", k=3)
+    assert lookup.prompt_feed_ms == 0.0 and lookup.tokens_per_s_with_feed == lookup.tokens_per_s
+    auto = simulate(tr, make_drafter("auto", tr, FLAT, s), FLAT, s, name="auto",
+                    controller=CostModelController(k_min=s.k_min, k_max=s.k_max, k_init=s.k))
+    assert auto.prompt_feed_ms == 0.0
+
+
 def test_cross_validation_scores_each_pick_on_the_other_half_only():
     """A drafter that is fast on the first half and slow on the second is the oracle's
     pick, and the first half's; cross-validated, it is scored on the second half only,
@@ -648,8 +683,10 @@ def test_whatif_from_a_recording(smol_path, tmp_path):
     for half in ("picked_on_first_half", "picked_on_second_half"):
         assert (cv[half]["drafter"], cv[half]["k"]) in fixed
     assert cv["tokens_per_s"] > 0
-    assert auto["vs_cross_validated"] == pytest.approx(auto["tokens_per_s"] / cv["tokens_per_s"])
-    assert auto["vs_oracle"] == pytest.approx(auto["tokens_per_s"] / report["oracle"]["tokens_per_s"])
+    # Judged with each run's draft-model prompt feed counted (none here: copies only).
+    assert auto["prompt_feed_ms"] == 0.0
+    assert auto["vs_cross_validated"] == pytest.approx(auto["tokens_per_s_with_feed"] / cv["tokens_per_s"])
+    assert auto["vs_oracle"] == pytest.approx(auto["tokens_per_s_with_feed"] / report["oracle"]["tokens_per_s"])
     assert "auto / best fixed (drafter, K) chosen without hindsight" in proc.stdout
     assert f"auto / oracle ({report['oracle']['drafter']} K={report['oracle']['k']}" in proc.stdout \
         or "auto / oracle (plain" in proc.stdout

@@ -75,7 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "simulated steps. auto, the default draft source, is simulated adaptive (at a fixed K it is the "
         "chain) and judged against the best fixed (drafter, K) chosen without hindsight (picked on one "
         "half of the text, scored on the other, both ways) and against the oracle (the best on the whole "
-        "text, with hindsight). The draft model is --draft's when it names one, else --draft-model's. "
+        "text, with hindsight), every run timed with its draft model's prompt feed (a fixed draft model "
+        "is fed the prompt in the prefill, auto's only once it chooses the model). The draft model is --draft's when it names one, else --draft-model's. "
         "Greedy only: at temperature > 0 the text is not unique and whatif refuses.",
         epilog="Profiles: `here` (measured now, the default), a TOML file, or a shipped one: "
         "epyc-32b (the original research's 32B+0.5B CPU regime), gpu-like, ci-box.",

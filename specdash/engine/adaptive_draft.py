@@ -100,8 +100,9 @@ def choose_source(
             best = (rate, offer.cut(n), n, why)
     model = models[0] if models and k_cap > 0 else None
     catch_up = model.catch_up_ms(tokens) if model is not None else 0.0
-    if model is not None and not catch_up and not getattr(model, "catch_up_measured", True):
-        catch_up = controller.catch_up_estimate(model.catch_up_tokens(tokens))  # type: ignore[attr-defined]
+    unpriced = model.unpriced_catch_up(tokens) if model is not None else 0
+    if model is not None and unpriced:
+        catch_up += controller.catch_up_estimate(unpriced)
         plain = controller.plain_rate()
         if horizon is not None and plain > 0 and catch_up > CATCH_UP_SHARE * horizon / plain:
             why = (f"{model.label} skipped for its catch-up (~{catch_up:.0f} ms, more than "

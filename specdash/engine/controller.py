@@ -50,7 +50,8 @@ K_INIT: int = LIMIT["k"].default
 
 
 # A catch-up is fed as one batch; its cost per token is estimated from the target's batch of
-# this many tokens (the biggest the engine calibrates: Engine.COST_SIZES).
+# this many tokens (calibrated where k_max >= 32, else extrapolated from the calibrated
+# curve: step_rules.cost_sizes).
 CATCH_UP_BATCH = 33
 
 class KController(Protocol):
@@ -431,7 +432,12 @@ class CostModelController:
             loss = self.probe_loss(content, catch_up_ms)
             # A kind of text barely drafted on (the warm-up, say, one step that may have
             # been unlucky) gets one probe unbudgeted: its acceptance is mostly borrowed.
-            first_look = self.model.drafted_steps(content) <= tune.probe_steps
+            # Its catch-up is not: a look after a long sit-out feeds the model every token
+            # it missed (code/prose labels flip on SQL, so looks came every ~50 steps and
+            # paid ~0.5 s each on this machine's profile; x-sql under auto 0.87x -> 0.95x
+            # the cross-validated fixed choice, benchmarks/results/whatif-auto.txt).
+            first_look = (self.model.drafted_steps(content) <= tune.probe_steps
+                          and catch_up_ms <= self._probe_credit)
             if loss <= self._probe_credit or first_look:
                 self._probe_credit = max(self._probe_credit - loss, 0.0)
                 self._zero_steps = 0

@@ -61,11 +61,7 @@ class Run:
 
 
 class Engine:
-    # Batch sizes measured before adaptive mode's first decision: enough points for the
-    # controller to interpolate a CPU's cost curve (nearly linear, with steps) or see a
-    # GPU's flat one, up to a verify of K=32 (interpolated, not extrapolated). Two passes,
-    # the faster kept (rollback.calibrate), once per session.
-    COST_SIZES = (1, 2, 3, 5, 9, 17, 33)
+    COST_SIZES = rules.COST_SIZES
 
     def __init__(
         self,
@@ -298,7 +294,8 @@ class Engine:
         price_rollback = strategy.kind == "checkpoint" and self._rollback_priced != (target, ctl)
         if not (ctl.needs_costs() or price_rollback):
             return
-        sizes = [n for n in self.COST_SIZES if n <= target.n_batch and run.n_past + n < target.n_ctx]
+        limits = rules.Limits(target.n_ctx, target.n_batch, target.n_vocab, strategy.max_draft)
+        sizes = rules.cost_sizes(limits, run.n_past, self.settings.k_max)
         t0 = time.perf_counter()
         cal = calibrate(target, run.n_past, run.tokens, sizes, replay=price_rollback)
         if not cal.ms:

@@ -41,6 +41,29 @@ def room(limits: Limits, n_past: int, generated: int, max_tokens: int) -> int:
     return n if limits.max_draft is None else min(n, limits.max_draft)
 
 
+# Batch sizes measured before adaptive K's first decision: enough points for the
+# controller to interpolate a CPU's cost curve (nearly linear, with steps) or see a GPU's
+# flat one. Two passes, the faster kept (rollback.calibrate), once per session. 4, 16 and
+# 32 because the curve dips there: llama.cpp's repacked kernels take activation rows four
+# at a time, so on a 2-core Xeon a batch of 4 cost 1.57x one token where 3 cost 1.81x and
+# 5 2.10x, 16 3.49x (15: 4.24x), 32 5.94x (31: 6.97x) (benchmarks/results/batch-costs.txt).
+# Interpolated from 3 and 5 the controller priced K=3 25% too dear and passed over the
+# cheapest draft length there is.
+COST_SIZES = (1, 2, 3, 4, 5, 9, 16, 17, 32, 33)
+
+
+def cost_sizes(limits: Limits, n_past: int, k_max: int) -> list[int]:
+    """The calibration sizes a step can use: no verify is longer than k_max + 1 tokens
+    (or than what the target's rollback takes back, + 1), the batch or the context. Each
+    size costs two batches before the first token (the default k_max=16 measures 8 sizes
+    in ~2.6 s on a 2-core Xeon; all 10 took 4.8 s); a K raised later past them is
+    extrapolated, then learnt from its own steps. Never fewer than sizes 1 and 2: with
+    one size measured the controller would ask for calibration again every step."""
+    top = k_max if limits.max_draft is None else min(k_max, limits.max_draft)
+    top = max(top + 1, 2)
+    return [n for n in COST_SIZES if n <= top and n <= limits.n_batch and n_past + n < limits.n_ctx]
+
+
 def k_cap(room: int, *, adaptive: bool, k: int, k_max: int) -> int:
     """The most tokens this step asks for: K, or under adaptive K the controller's
     ceiling k_max (it chooses or trims below it), and never more than the room."""

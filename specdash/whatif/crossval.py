@@ -8,6 +8,9 @@ is known can have that. Cross-validation asks what a fixed choice made on other 
 the same kind gives: the pick of the first half runs the second, the pick of the second
 runs the first, and their tokens and time add up to one tok/s over the whole text.
 
+Time is counted as auto is judged (SimResult.tokens_per_s_with_feed): a draft model's
+feed of the prompt in the prefill belongs to the first half.
+
 A half's figures come from a simulation of the first half (the text cut at half its
 tokens) and the whole run less that: the simulation is sequential, so the whole run's
 steps over the first half are the half run's, up to the one step that crosses the cut.
@@ -28,12 +31,14 @@ from specdash.whatif.transcript import Transcript
 
 @dataclass(frozen=True)
 class Halves:
-    """A fixed run's (tokens, ms) over each half of the text."""
+    """A fixed run's (tokens, ms) over each half of the text, decoding only, and its
+    draft model's prompt feed (in the prefill, so before the first half)."""
 
     drafter: str
     k: int
     first: tuple[int, float]
     second: tuple[int, float]
+    prompt_feed_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -67,25 +72,30 @@ def split(tr: Transcript, profile: Profile, settings: EngineSettings, runs: Sequ
         first = simulate(half, make_drafter(run.drafter, half, profile, settings), profile, settings,
                          name=run.drafter, k=run.k)
         out.append(Halves(run.drafter, run.k, (first.generated, first.ms),
-                          (run.generated - first.generated, run.ms - first.ms)))
+                          (run.generated - first.generated, run.ms - first.ms), run.prompt_feed_ms))
     return out
 
 
-def pick(halves: Sequence[Halves]) -> CrossVal:
-    """Each half's fastest (drafter, K), scored on the other half only."""
+def pick(halves: Sequence[Halves], feed: bool = True) -> CrossVal:
+    """Each half's fastest (drafter, K), scored on the other half only; with `feed`, the
+    prompt feed counted in the first half (False: decoding's time only)."""
+
+    def first(h: Halves) -> tuple[int, float]:
+        return (h.first[0], h.first[1] + (h.prompt_feed_ms if feed else 0.0))
 
     def rate(part: tuple[int, float]) -> float:
         return part[0] / part[1] if part[1] > 0 else 0.0
 
-    on_first = max(halves, key=lambda h: rate(h.first))
+    on_first = max(halves, key=lambda h: rate(first(h)))
     on_second = max(halves, key=lambda h: rate(h.second))
-    tokens = on_first.second[0] + on_second.first[0]
-    ms = on_first.second[1] + on_second.first[1]
+    tokens = on_first.second[0] + first(on_second)[0]
+    ms = on_first.second[1] + first(on_second)[1]
     return CrossVal(tokens / ms * 1e3 if ms > 0 else 0.0,
                     (on_first.drafter, on_first.k), (on_second.drafter, on_second.k))
 
 
 def cross_validated(tr: Transcript, profile: Profile, settings: EngineSettings,
                     runs: Sequence[SimResult]) -> CrossVal:
-    """The best of `runs` (fixed (drafter, K) over the whole text) chosen without hindsight."""
+    """The best of `runs` (fixed (drafter, K) over the whole text) chosen without
+    hindsight, its tok/s counting a draft model's prompt feed."""
     return pick(split(tr, profile, settings, runs))

@@ -124,6 +124,9 @@ class SimMtpHead:
         behind = len(tokens) - 1 - max(self._fed, self._normal_upto)
         return behind * self.profile.mtp_costs(self.relative_cost)[1] if behind > 0 else 0.0
 
+    def unpriced_catch_up(self, tokens: Sequence[int]) -> int:
+        return 0  # priced from the profile from the first step (the real head: once measured)
+
     def prefill(self, tokens: Sequence[int]) -> None:
         self._fed = self._normal_upto = len(tokens) - 1
 

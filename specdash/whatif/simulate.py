@@ -38,7 +38,6 @@ from specdash.engine.drafters.base import Borrowed, Draft, Drafter, NoDrafter, m
 from specdash.engine.drafters.draft_model import JointCut, common_prefix
 from specdash.engine.drafters.kinds import KINDS, Parts
 from specdash.engine.drafters.suffix import SuffixDrafter
-from specdash.engine.engine import Engine
 from specdash.engine.settings import EngineSettings, SamplingParams
 from specdash.errors import SpecdashError
 from specdash.whatif.head import SimMtpHead
@@ -97,6 +96,9 @@ class TimedFree:
     def catch_up_ms(self, tokens: Sequence[int]) -> float:
         return 0.0
 
+    def unpriced_catch_up(self, tokens: Sequence[int]) -> int:
+        return 0
+
     def prefill(self, tokens: Sequence[int]) -> None:
         self.inner.prefill(tokens)
 
@@ -134,6 +136,7 @@ class SimDraftModel:
         self._choices = 0
         self.spent = 0.0
         self.prep = 0.0
+        self.prompt_feed_ms = 0.0  # the prompt fed in the prefill (none when auto feeds it lazily)
 
     @property
     def k_ceiling(self) -> bool:
@@ -150,14 +153,13 @@ class SimDraftModel:
             i = self._choices
             self._choices += 1
             return self.replay.catch_up[i] if i < len(self.replay.catch_up) else 0.0
-        return self.catch_up_tokens(tokens) * self._catch_up
+        return self._behind(tokens) * self._catch_up
 
-    def catch_up_tokens(self, tokens: Sequence[int]) -> int:
+    def unpriced_catch_up(self, tokens: Sequence[int]) -> int:
+        return 0 if self.replay is not None or self._catch_up > 0 else self._behind(tokens)
+
+    def _behind(self, tokens: Sequence[int]) -> int:
         return max(len(tokens) - self._common_prefix(tokens) - 2, 0)
-
-    @property
-    def catch_up_measured(self) -> bool:
-        return self.replay is not None or self._catch_up > 0
 
     def propose(self, tokens: Sequence[int], k: int, sampling: SamplingParams,
                 rng: np.random.Generator | None) -> Draft:
@@ -213,10 +215,13 @@ class SimDraftModel:
     def prefill(self, tokens: Sequence[int]) -> None:
         self._kv[:] = tokens[:-1]
         self._committed = len(self._kv)
+        # The real drafter decodes the prompt in one batch here, before the first token.
+        self.prompt_feed_ms = self.profile.feed_ms(len(self._kv))
 
     def reset(self) -> None:
         self._kv.clear()
         self._committed = 0
+        self.prompt_feed_ms = 0.0
 
     def forget(self) -> None:
         pass
@@ -238,12 +243,24 @@ class SimResult:
     drafted: int = 0
     accepted: int = 0
     ms: float = 0.0
+    # The draft model's feed of the prompt in the prefill: decoding's tok/s leaves it out,
+    # as a real run's does, but a user waits for it. auto feeds its model the prompt
+    # lazily, inside decoding (in ms), and only if it chooses the model.
+    prompt_feed_ms: float = 0.0
     per_class: dict[str, list[float]] = field(default_factory=dict)  # label -> [tokens, ms]
     trace: list[tuple[int, int, int, str, str]] = field(default_factory=list)  # per step (k, drafted, accepted, decision, source)
 
     @property
     def tokens_per_s(self) -> float:
         return self.generated / (self.ms / 1e3) if self.ms > 0 else 0.0
+
+    @property
+    def tokens_per_s_with_feed(self) -> float:
+        """tok/s over decoding and the draft model's prompt feed: what a choice of drafter
+        costs from the target's prefill to the last token (the target's own prefill is the
+        same for every choice and left out). The figure auto is judged by."""
+        ms = self.ms + self.prompt_feed_ms
+        return self.generated / (ms / 1e3) if ms > 0 else 0.0
 
     @property
     def acceptance(self) -> float | None:
@@ -259,7 +276,8 @@ class SimResult:
             "tokens_per_s": self.tokens_per_s, "acceptance_rate": self.acceptance,
             "mean_accepted_length": self.mean_accepted_length, "steps": self.steps,
             "generated": self.generated, "drafts": self.drafts, "drafted": self.drafted,
-            "accepted": self.accepted, "ms": self.ms,
+            "accepted": self.accepted, "ms": self.ms, "prompt_feed_ms": self.prompt_feed_ms,
+            "tokens_per_s_with_feed": self.tokens_per_s_with_feed,
             "per_class": {label: {"tokens": t, "ms": ms, "tokens_per_s": t / ms * 1e3 if ms else 0.0}
                           for label, (t, ms) in self.per_class.items()},
         }
@@ -317,22 +335,21 @@ def simulate(tr: Transcript, drafter: Drafter, profile: Profile, settings: Engin
     # The parts that count their own simulated cost (TimedFree, SimDraftModel).
     parts: list[Any] = [p if hasattr(p, "spent") else getattr(p, "inner", p) for p in drafter.parts()]
     parts = [p for p in parts if hasattr(p, "spent")]
+    res.prompt_feed_ms = sum(getattr(part, "prompt_feed_ms", 0.0) for part in parts)
     if controller is not None:
         controller.new_prompt()
         price, ceiling = model_price(drafter)
         controller.price_draft(replay.price if replay is not None else price, ceiling)
+        sizes = rules.cost_sizes(limits, len(tokens) - 1, settings.k_max)  # as the engine calibrates
         if replay is None and (profile.restore_ms or profile.replay_ms):
             # A checkpoint target: the engine's calibration prices its rollback apart
             # (Engine._measure_costs); no save cost is profiled.
-            controller.price_rollback(0.0, profile.restore_ms,
-                                      {n: profile.replay_ms * n for n in Engine.COST_SIZES})
+            controller.price_rollback(0.0, profile.restore_ms, {n: profile.replay_ms * n for n in sizes})
         if controller.needs_costs():
             if replay is not None and replay.seed is not None:
                 controller.seed_costs(replay.seed)
             elif replay is None:
-                n_past = len(tokens) - 1
-                controller.seed_costs({n: profile.verify_ms(n) for n in Engine.COST_SIZES
-                                       if n <= tr.n_batch and n_past + n < tr.n_ctx})
+                controller.seed_costs({n: profile.verify_ms(n) for n in sizes})
     p = 0
     while res.generated < max_tokens:
         n_past = len(tokens) - 1

@@ -81,6 +81,13 @@ class Drafter(Protocol):
         suffix, none), whose k = 0 calls keep them in step at no cost."""
         ...
 
+    def unpriced_catch_up(self, tokens: Sequence[int]) -> int:
+        """Tokens the next propose(tokens, k > 0) would feed that catch_up_ms cannot price
+        yet: a model's backlog before it measured a catch-up of its own (auto prefills its
+        model lazily, so its first catch-up is the whole prompt). Adaptive K estimates
+        those (controller.catch_up_estimate). 0 once measured, and for copy sources."""
+        ...
+
     def prefill(self, tokens: Sequence[int]) -> None:
         """Called once per prompt, inside the engine's prefill phase: index the prompt or
         fill a draft model's KV cache, so the first step is not charged for it."""
@@ -134,6 +141,9 @@ class NoDrafter:
     def catch_up_ms(self, tokens: Sequence[int]) -> float:
         return 0.0
 
+    def unpriced_catch_up(self, tokens: Sequence[int]) -> int:
+        return 0
+
     def prefill(self, tokens: Sequence[int]) -> None:
         pass
 
@@ -177,6 +187,9 @@ class Borrowed:
     def catch_up_ms(self, tokens: Sequence[int]) -> float:
         return self.inner.catch_up_ms(tokens)
 
+    def unpriced_catch_up(self, tokens: Sequence[int]) -> int:
+        return self.inner.unpriced_catch_up(tokens)
+
     def prefill(self, tokens: Sequence[int]) -> None:
         self.inner.prefill(tokens)
 
@@ -191,8 +204,3 @@ class Borrowed:
 
     def close(self) -> None:
         pass
-
-    def __getattr__(self, name: str) -> Any:
-        # A source's optional extras (a draft model's catch_up_tokens, catch_up_measured)
-        # are the lender's: auto reads them through the loan.
-        return getattr(self.inner, name)

@@ -53,6 +53,9 @@ class ChainDrafter:
         nothing to copy)."""
         return sum(source.catch_up_ms(tokens) for source in self.sources)
 
+    def unpriced_catch_up(self, tokens: Sequence[int]) -> int:
+        return sum(source.unpriced_catch_up(tokens) for source in self.sources)
+
     def prefill(self, tokens: Sequence[int]) -> None:
         for source in self.sources:
             source.prefill(tokens)

@@ -103,16 +103,14 @@ class DraftModelDrafter:
         catch-up token; 0 until one catch-up was measured (the first probe, unbudgeted,
         measures it). Adaptive K prices a draft with
         it: in a chain that drafts from lookup most steps, each return to the model pays it."""
-        return self.catch_up_tokens(tokens) * self._catch_up_ms
+        return self._behind(tokens) * self._catch_up_ms
 
-    def catch_up_tokens(self, tokens: Sequence[int]) -> int:
+    def unpriced_catch_up(self, tokens: Sequence[int]) -> int:
+        return 0 if self._catch_up_ms > 0 else self._behind(tokens)
+
+    def _behind(self, tokens: Sequence[int]) -> int:
         """Tokens the next propose() would feed beyond the usual two per step."""
         return max(len(tokens) - self._common_prefix(tokens) - 2, 0)
-
-    @property
-    def catch_up_measured(self) -> bool:
-        """Whether catch_up_ms has a measured cost per token to go by (else it says 0)."""
-        return self._catch_up_ms > 0
 
     def propose(
         self, tokens: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator | None

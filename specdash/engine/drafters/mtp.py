@@ -377,8 +377,13 @@ class MtpDrafter:
     def catch_up_ms(self, tokens: Sequence[int]) -> float:
         """What the next propose() would spend feeding the head entries committed while it
         sat out (beyond the last step's), at its measured cost per entry."""
-        behind = len(tokens) - 1 - max(len(self._kv), self._normal_upto)
-        return behind * self._catch_up_ms if behind > 0 else 0.0
+        return self._behind(tokens) * self._catch_up_ms
+
+    def unpriced_catch_up(self, tokens: Sequence[int]) -> int:
+        return 0 if self._catch_up_ms > 0 else self._behind(tokens)
+
+    def _behind(self, tokens: Sequence[int]) -> int:
+        return max(len(tokens) - 1 - max(len(self._kv), self._normal_upto), 0)
 
     def prefill(self, tokens: Sequence[int]) -> None:
         """Feed the prompt's entries now (the target prefilled all but its last token), so

@@ -223,6 +223,9 @@ class SuffixDrafter:
     def catch_up_ms(self, tokens: Sequence[int]) -> float:
         return 0.0  # k = 0 calls index every step as it comes: nothing is ever owed
 
+    def unpriced_catch_up(self, tokens: Sequence[int]) -> int:
+        return 0
+
     def prefill(self, tokens: Sequence[int]) -> None:
         self.propose(tokens, 0, SamplingParams(), None)  # k = 0: index, don't draft
 

@@ -349,6 +349,10 @@ class TranslatedDrafter:
         ratio = len(self._d) / len(self._t) if self._t else 1.0
         return self._translate_avg + (behind * ratio * self._token_ms if behind > 0 else 0.0)
 
+    def unpriced_catch_up(self, tokens: Sequence[int]) -> int:
+        # In target tokens: the estimate prices them as the target's vocabulary's.
+        return 0 if self._token_ms > 0 else max(len(tokens) - self._common(tokens) - 2, 0)
+
     def prefill(self, tokens: Sequence[int]) -> None:
         self._mirror(tokens)
         self._sync(room=0, prefill=True)
