@@ -61,8 +61,6 @@ class Run:
 
 
 class Engine:
-    COST_SIZES = rules.COST_SIZES
-
     def __init__(
         self,
         target: LLM,
@@ -294,8 +292,7 @@ class Engine:
         price_rollback = strategy.kind == "checkpoint" and self._rollback_priced != (target, ctl)
         if not (ctl.needs_costs() or price_rollback):
             return
-        limits = rules.Limits(target.n_ctx, target.n_batch, target.n_vocab, strategy.max_draft)
-        sizes = rules.cost_sizes(limits, run.n_past, self.settings.k_max)
+        sizes = rules.cost_sizes(self._limits(), run.n_past, self.settings.k_max)
         t0 = time.perf_counter()
         cal = calibrate(target, run.n_past, run.tokens, sizes, replay=price_rollback)
         if not cal.ms:
@@ -311,6 +308,11 @@ class Engine:
             yield NoticeEvent("info", f"adaptive K: a rejection here costs a restore ({cal.restore_ms:.2f} ms) and a "
                               f"replay ({', '.join(f'{n}: {v:.1f}' for n, v in cal.replay_ms.items())} ms); "
                               f"checkpoint {cal.save_ms:.2f} ms per drafting step", t=E.now())
+
+    def _limits(self) -> rules.Limits:
+        """What bounds every draft on the target's context (its rollback among them)."""
+        target = self.target
+        return rules.Limits(target.n_ctx, target.n_batch, target.n_vocab, self._rollback().strategy.max_draft)
 
     def _rollback(self) -> Rollback:
         """The target's rollback (a reload replaces the target, and with it the context)."""
@@ -335,7 +337,7 @@ class Engine:
         s, target, rb = self.settings, self.target, self._rollback()
         t_step = time.perf_counter()
         content = self.detector.label if self.detector is not None else ""
-        limits = rules.Limits(target.n_ctx, target.n_batch, target.n_vocab, rb.strategy.max_draft)
+        limits = self._limits()
         room = rules.room(limits, run.n_past, run.generated, run.max_tokens)
 
         # 1. Draft.

@@ -56,7 +56,7 @@ def cost_sizes(limits: Limits, n_past: int, k_max: int) -> list[int]:
     """The calibration sizes a step can use: no verify is longer than k_max + 1 tokens
     (or than what the target's rollback takes back, + 1), the batch or the context. Each
     size costs two batches before the first token (the default k_max=16 measures 8 sizes
-    in ~2.6 s on a 2-core Xeon; all 10 took 4.8 s); a K raised later past them is
+    in 2.8 s on a 2-core Xeon; all 10 took 4.8 s); a K raised later past them is
     extrapolated, then learnt from its own steps. Never fewer than sizes 1 and 2: with
     one size measured the controller would ask for calibration again every step."""
     top = k_max if limits.max_draft is None else min(k_max, limits.max_draft)
