@@ -95,7 +95,10 @@ def test_the_default_first_screen_shows_speculation_and_which_source_drafted(tmp
     status line names the source auto chose; at 80x24, then at 120x36."""
     tmux = Tmux(f"specdash-first-{os.getpid()}")
     command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "specdash", "--screenshots", str(tmp_path)])
-    tmux("new-session", "-d", "-s", "e2e", "-x", "80", "-y", "24", f"{command}; echo {EXIT}$?; sleep 120")
+    # $COLUMNS/$LINES exported, as GNU readline does (pytest imports it: a run without a
+    # terminal, as CI's, hands them to every child): the app must follow the resize anyway.
+    tmux("new-session", "-d", "-s", "e2e", "-x", "80", "-y", "24", "-e", "COLUMNS=80", "-e", "LINES=24",
+         f"{command}; echo {EXIT}$?; sleep 120")
     try:
         def drafting(screen: str) -> bool:
             rows = [line for line in screen.splitlines() if line.strip()]

@@ -363,9 +363,9 @@ def _recorder(args: argparse.Namespace, sources: list[Any]) -> Any:
 
 
 def open_dashboard(sources: list[Any], args: argparse.Namespace) -> int:
-    app = dashboard_app(sources, args)
-    app.run()
-    return app.return_code or 0
+    from specdash.tui.terminal import run_app
+
+    return run_app(dashboard_app(sources, args))
 
 
 def dashboard_app(sources: list[Any], args: argparse.Namespace) -> Any:

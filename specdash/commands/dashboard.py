@@ -110,6 +110,7 @@ def launch(args: argparse.Namespace, config: Config, prompt: str | None,
     from specdash.session import Session
     from specdash.sources.embedded import WorkItem
     from specdash.tui.app import DashboardOptions, SpecdashApp
+    from specdash.tui.terminal import run_app
     from specdash.tui.themes import load_themes
 
     theme = getattr(args, "theme", None) or config.ui.theme
@@ -145,8 +146,7 @@ def launch(args: argparse.Namespace, config: Config, prompt: str | None,
     # thread renders a frame it would wait up to the default 5 ms switch interval, with
     # the CPU cores idle. 0.5 ms makes that wait negligible (a frame costs ~20 ms).
     sys.setswitchinterval(0.0005)
-    app.run()
-    code = app.return_code or 0
+    code = run_app(app)
     engine = app.engine_thread
     if engine is not None and engine.is_alive():
         # Stop was sent; a step in progress ends within ~0.2 s on an idle machine and the

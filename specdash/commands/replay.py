@@ -46,17 +46,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
     theme = args.theme or "specdash-dark"
     shots = args.screenshots or "~/specdash-screenshots"
+    from specdash.tui.terminal import run_app
+
     if len(recordings) == 2:
         from specdash.tui.compare import CompareApp
 
-        CompareApp(recordings[0], recordings[1], theme=theme, screenshots_dir=shots).run()
-        return 0
+        return run_app(CompareApp(recordings[0], recordings[1], theme=theme, screenshots_dir=shots))
     from specdash.tui.app import DashboardOptions, SpecdashApp
 
     options = DashboardOptions(theme=theme, screenshots_dir=shots)
     app = SpecdashApp(options, source_factory=replay_factory(recordings[0], args.speed), local_telemetry=False)
-    app.run()
-    return app.return_code or 0
+    return run_app(app)
 
 
 def replay_factory(rec: Recording, speed: float) -> SourceFactory:

@@ -1,0 +1,34 @@
+"""Running a Textual app in the user's terminal."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+
+def follow_the_terminal(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Forget $COLUMNS and $LINES where the terminal itself can say its size.
+
+    Textual reads the size with shutil.get_terminal_size, which prefers those variables
+    to the terminal: a dashboard started with them exported keeps that size through
+    every resize. GNU readline exports them (pytest imports it, so a dashboard a test
+    harness starts inherits 80x24), and so do some shells' startup files. Where stdout
+    is not a terminal they are all there is, so they stay."""
+    stdout = sys.__stdout__
+    try:
+        if stdout is None:
+            return
+        os.get_terminal_size(stdout.fileno())
+    except (ValueError, OSError):
+        return
+    environ.pop("COLUMNS", None)
+    environ.pop("LINES", None)
+
+
+def run_app(app: Any) -> int:
+    """Run a dashboard app in this terminal; its return code (0 where it set none)."""
+    follow_the_terminal()
+    app.run()
+    return app.return_code or 0
