@@ -176,12 +176,20 @@ def test_the_fleet_fits_the_terminal_and_a_dead_servers_status_shows(size: tuple
                         break
                     await pilot.pause(0.05)
                 await pilot.pause(fleet.FLUSH_S + 0.2)
-                rows = rendered_rows(fleet.table)
+                # Both rows on screen: waited for, not assumed after the pause (once, in a
+                # full suite run, the dead server's row was not among the rendered lines).
+                dead_row = live_row = None
+                for _ in range(100):
+                    rows = rendered_rows(fleet.table)
+                    dead_row = next((r for r in rows if dead.removeprefix("http://") in r), None)
+                    live_row = next((r for r in rows if live.url.removeprefix("http://") in r), None)
+                    if dead_row is not None and live_row is not None:
+                        break
+                    await pilot.pause(0.1)
+                assert dead_row is not None and live_row is not None, (rows, fleet.servers, fleet.table.row_count)
                 assert all(cell_len(r) <= size[0] for r in rows)
                 header = rows[0]
                 assert header.split()[:2] == ["server", "status"], header
-                dead_row = next(r for r in rows if dead.removeprefix("http://") in r)
-                live_row = next(r for r in rows if live.url.removeprefix("http://") in r)
                 assert "http://" not in "".join(rows)
                 assert "down · never seen · cannot connect" in dead_row, rows
                 assert " up " in f"{live_row} " and "gen tok/s" in header and "acceptance" in header, rows
