@@ -17,11 +17,11 @@ def follow_the_terminal(environ: MutableMapping[str, str] = os.environ) -> None:
     harness starts inherits 80x24), and so do some shells' startup files. Where stdout
     is not a terminal they are all there is, so they stay."""
     stdout = sys.__stdout__
+    if stdout is None:
+        return
     try:
-        if stdout is None:
-            return
         os.get_terminal_size(stdout.fileno())
-    except (ValueError, OSError):
+    except (ValueError, OSError):  # a pipe, a file, a closed stdout
         return
     environ.pop("COLUMNS", None)
     environ.pop("LINES", None)
