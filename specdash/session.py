@@ -12,6 +12,7 @@ engine does, on the commands it is sent.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -35,6 +36,26 @@ from specdash.models.registry import DEFAULT_DRAFT, known_names, model_path
 from specdash.models.resolve import resolve_model
 
 Progress = Callable[[str, float | None], None]
+
+# A cost profile (a whatif profile's path or built-in name) whose [verify_ms] curve adaptive
+# K takes as the target's batch-cost shape instead of timing this machine's (TargetCosts.
+# pin_shape). For tests, which must not depend on the CPU they run on, and for a
+# `specdash` child they start (tests/fixtures/profiles).
+COST_SHAPE_ENV = "SPECDASH_COST_SHAPE"
+
+
+def pin_cost_shape(controller: KController, spec: str | None = None) -> None:
+    """Pin the controller's cost shape to profile `spec` (default: $SPECDASH_COST_SHAPE;
+    nothing when neither is given). A bad profile is a SpecdashError naming it."""
+    spec = spec if spec is not None else os.environ.get(COST_SHAPE_ENV, "")
+    if not spec:
+        return
+    from specdash.whatif.profile import load_profile
+
+    profile = load_profile(spec)
+    if 1 not in profile.verify:
+        raise SpecdashError(f"{COST_SHAPE_ENV}={spec}: its [verify_ms] needs a batch of 1 token (key 1)")
+    controller.pin_shape(dict(profile.verify), profile.name)
 
 
 def draft_label(spec: str) -> str:
@@ -69,14 +90,16 @@ class Session:
         self._experts = settings.experts
         self._progress(f"loading drafter {settings.draft}", None)
         drafter = self.make_drafter(settings.draft)
+        controller = controller or CostModelController(k_min=settings.k_min, k_max=settings.k_max,
+                                                       k_init=settings.k)
+        pin_cost_shape(controller)
         self.engine = Engine(
             self.target,
             drafter,
             settings,
             drafter_factory=self.make_drafter,
             reload_target=self._reload_target,
-            controller=controller or CostModelController(k_min=settings.k_min, k_max=settings.k_max,
-                                                         k_init=settings.k),
+            controller=controller,
             detector=ContentDetector(),
             target_path=str(self.target_path),
             draft_path=lambda: self._current_draft_path,

@@ -144,7 +144,7 @@ def test_help_says_how_to_get_a_fixed_k():
     assert "given alone it is a fixed K (adaptive off)" in text
 
 
-def test_draft_none_does_not_measure_costs_until_a_drafter_comes(smol_path):
+def test_draft_none_does_not_measure_costs_until_a_drafter_comes(smol_path, measured_costs):
     """Adaptive is on by default with --draft none too: nothing can be drafted, so the
     seconds of batch-cost measurement are skipped, and paid only when a drafter is
     swapped in, before its first step."""

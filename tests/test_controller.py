@@ -576,3 +576,42 @@ def test_pricing_is_per_source_over_one_target():
         copies.observe("lookup", 20, 8, 8)
         copies.observe("suffix", 20, 8, 0)
     assert copies.alpha("lookup", 20) > 0.9 > 0.5 > copies.alpha("suffix", 20)
+
+
+def test_a_pinned_shape_is_scaled_by_the_measured_one_token_cost_and_never_relearned():
+    """TargetCosts.pin_shape (the suite's SPECDASH_COST_SHAPE): a profile's curve, scaled by
+    this machine's s(1); bigger batches observed here do not move it, a new target keeps it."""
+    ctl = CostModelController()
+    ctl.pin_shape({1: 50.0, 2: 100.0, 5: 150.0}, "test")
+    assert ctl.pinned_shape() == "test" and not ctl.needs_costs()
+    assert ctl.choose("code") == (0, "measuring a plain step")  # no scale yet
+    ctl.observe(0, 0, 0, 0.0, 9.9, 0.1, "code")  # s(1) = 10 here
+    assert ctl.step_cost(1) == pytest.approx(10.0)
+    assert ctl.step_cost(2) == pytest.approx(20.0) and ctl.step_cost(5) == pytest.approx(30.0)
+    assert ctl.step_cost(3) == pytest.approx(23.333, rel=1e-3)  # interpolated
+    ctl.observe(4, 4, 4, 0.1, 99.9, 0.1, "code")  # a 5-token batch measured here: ignored
+    ctl.seed_costs({1: 10.0, 5: 400.0})  # calibration (a checkpoint target's): only s(1) taken
+    assert ctl.step_cost(5) == pytest.approx(30.0)
+    ctl.reset(target_changed=True)
+    assert ctl.pinned_shape() == "test" and ctl.step_cost(1) is None  # shape kept, scale re-measured
+    with pytest.raises(ValueError, match="1 token"):
+        CostModelController().pin_shape({2: 10.0}, "bad")
+
+
+def test_the_same_copy_pays_on_one_machine_kind_and_not_on_the_other():
+    """Why the suite pins the curve: a 4-token copy at match length 8 after the same evidence is
+    taken on the Intel machine's curve (4 tokens 1.57x one) and refused on the AVX2 AMD one
+    (3.3x); tests/fixtures/profiles hold both."""
+    from pathlib import Path
+
+    from specdash.whatif.profile import load_profile
+
+    chosen = {}
+    for name in ("intel-amx", "epyc-avx2"):
+        profile = load_profile(str(Path(__file__).parent / "fixtures" / "profiles" / f"{name}.toml"))
+        ctl = CostModelController()
+        ctl.pin_shape(profile.verify, name)
+        ctl.observe(0, 0, 0, 0.0, 30.0, 0.0, "code")
+        chosen[name] = ctl.trim("lookup", 8, 4, "code")
+    assert chosen["intel-amx"][0] > 0, chosen
+    assert chosen["epyc-avx2"][0] == 0 and "too weak to pay" in chosen["epyc-avx2"][1], chosen

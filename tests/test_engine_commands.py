@@ -112,7 +112,7 @@ def test_incompatible_draft_swap_is_refused_and_generation_goes_on(smol_path, ge
     assert run["summary"].n_generated >= 3
 
 
-def test_adaptive_measures_the_batch_cost_curve_once_per_session(smol_path):
+def test_adaptive_measures_the_batch_cost_curve_once_per_session(smol_path, measured_costs):
     s = Session(EngineSettings(target="smollm2-135m", draft="lookup", k=3, threads=1, ctx=1024, adaptive=True))
     try:
         first = collect(s.run(PROMPT, max_tokens=8))

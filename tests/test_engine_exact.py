@@ -1,4 +1,9 @@
-"""The engine on the real Qwen pair: greedy exactness, KV rollback, commands mid-run.
+"""The engine on real pairs: greedy exactness, KV rollback, commands mid-run.
+
+What holds on any model is proven on the small pair (SmolLM2-135M and its own Q4_0 as the
+draft model, conftest's smol_session), 5-10x faster; the default Qwen pair keeps one
+end-to-end exactness run per drafter (draft model, lookup, adaptive chain), its point being
+that the pair users run is exact.
 
 Greedy exactness is checked against plain decoding of the target alone, one token per
 forward pass (no engine involved): every token the speculative engine committed must be the
@@ -8,6 +13,8 @@ TIE_GAP; such positions are counted and reported.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -57,7 +64,7 @@ def generated_tokens(steps):
 def teacher_forced_gaps(llm: LLM, prompt_tokens: list[int], tokens: list[int]) -> list[tuple[int, float]]:
     """For each generated token: (target argmax given the tokens before it, gap between
     its top two logits), one token per forward pass (for tests with their own model;
-    the default pair's reference is shared: see `reference`)."""
+    the pairs' references are shared: see `Pair`)."""
     llm.clear()
     llm.prefill(prompt_tokens[:-1])
     out = []
@@ -84,37 +91,50 @@ def plain_greedy(llm: LLM, prompt_tokens: list[int], n: int) -> list[int]:
     return out
 
 
-@pytest.fixture(scope="module")
-def reference(target_path, greedy_reference):
-    """Plain greedy decoding of the target alone, one token per forward pass (shared with
-    every test of the run on the same target: conftest's greedy_reference)."""
-    ref = greedy_reference(target_path, ctx=2048)
+class Pair:
+    """A loaded session, its draft model's spec and plain greedy decoding of its target
+    alone, one token per forward pass (shared with every test of the run on the same
+    target: conftest's greedy_reference)."""
 
-    def teacher_force(prompt_tokens: list[int], tokens: list[int]) -> list[tuple[int, float]]:
+    def __init__(self, session, draft: str, ref):
+        self.session, self.draft, self._ref = session, draft, ref
+
+    def teacher_force(self, prompt_tokens: list[int], tokens: list[int]) -> list[tuple[int, float]]:
         """For each generated token: (target argmax given the tokens before it, gap between
         its top two logits)."""
         full = list(prompt_tokens) + list(tokens)
         positions = list(range(len(prompt_tokens), len(full)))
-        verdicts = ref.teacher_force(full, len(prompt_tokens), positions, None)
+        verdicts = self._ref.teacher_force(full, len(prompt_tokens), positions, None)
         return [verdicts[p] for p in positions]
 
-    def greedy(prompt_tokens: list[int], n: int) -> list[int]:
+    def greedy(self, prompt_tokens: list[int], n: int) -> list[int]:
         """Greedy plain decoding, up to n tokens or the end (the end token left out)."""
-        out = ref.plain(prompt_tokens, n, None)
-        return out[:-1] if out and ref.llm(None).is_eog(out[-1]) else out
+        out = self._ref.plain(prompt_tokens, n, None)
+        return out[:-1] if out and self._ref.llm(None).is_eog(out[-1]) else out
 
-    return teacher_force, greedy
+
+@pytest.fixture
+def pair(request, greedy_reference):
+    """`qwen` (the default pair) or `smol` (the small pair), by the test's parameter."""
+    if request.param == "qwen":
+        return Pair(request.getfixturevalue("qwen_session"), "qwen2.5-coder-0.5b",
+                    greedy_reference(request.getfixturevalue("target_path"), ctx=2048))
+    return Pair(request.getfixturevalue("smol_session"), str(request.getfixturevalue("small_draft_path")),
+                greedy_reference(request.getfixturevalue("smol_path"), ctx=2048))
+
+
+# (pair, prompt): the default pair on one prompt, the small pair on all three.
+PAIR_PROMPTS = [("qwen", "code-edit")] + [("smol", p) for p in PROMPTS]
 
 
 @pytest.mark.parametrize("drafter", ["draft", "lookup"])
-@pytest.mark.parametrize("prompt_name", PROMPTS)
-def test_greedy_output_is_the_targets_own(qwen_session, reference, near_ties, drafter, prompt_name):
-    teacher_force, greedy = reference
-    session = qwen_session
+@pytest.mark.parametrize("pair,prompt_name", PAIR_PROMPTS, indirect=["pair"])
+def test_greedy_output_is_the_targets_own(pair, near_ties, drafter, prompt_name):
+    teacher_force, greedy, session = pair.teacher_force, pair.greedy, pair.session
     prompt = session.prompt_tokens(by_name(prompt_name).text)
     plain = greedy(prompt, N_TOKENS)
     saved = session.settings.draft
-    apply(session, C.SetDrafter("qwen2.5-coder-0.5b" if drafter == "draft" else "lookup"))
+    apply(session, C.SetDrafter(pair.draft if drafter == "draft" else "lookup"))
     ties = 0
     try:
         # The smallest multi-token verify batch and a long one (K=4 ran here too until the
@@ -139,13 +159,12 @@ def test_greedy_output_is_the_targets_own(qwen_session, reference, near_ties, dr
             assert ties > 0, f"{drafter} K={k}: differs from plain decoding without a near-tie"
     finally:
         apply(session, C.SetDrafter(saved), C.SetK(4))
-    near_ties.append(f"{prompt_name} / {drafter}: {ties} near-tie mismatches over K in {KS}, {N_TOKENS} tokens each")
+    near_ties.append(f"{prompt_name} / {Path(pair.draft).stem} {drafter}: {ties} near-tie mismatches over K in {KS}, {N_TOKENS} tokens each")
 
 
-@pytest.mark.parametrize("prompt_name", ["code-edit", "prose"])
-def test_greedy_exact_with_adaptive_k_and_chain_drafter(qwen_session, reference, near_ties, prompt_name):
-    teacher_force, greedy = reference
-    session = qwen_session
+@pytest.mark.parametrize("pair,prompt_name", [("qwen", "code-edit"), ("smol", "prose")], indirect=["pair"])
+def test_greedy_exact_with_adaptive_k_and_chain_drafter(pair, near_ties, prompt_name):
+    teacher_force, greedy, session = pair.teacher_force, pair.greedy, pair.session
     prompt = session.prompt_tokens(by_name(prompt_name).text)
     plain = greedy(prompt, N_TOKENS)
     saved, saved_ctl = session.settings.draft, session.engine.controller
@@ -171,7 +190,7 @@ def test_greedy_exact_with_adaptive_k_and_chain_drafter(qwen_session, reference,
                 ties += 1
         assert ties > 0
     sources = sorted({s.drafter for s in steps})
-    near_ties.append(f"{prompt_name} / adaptive chain (sources {', '.join(sources)}, K {sorted({s.k for s in steps})}): {ties} near-tie mismatches")
+    near_ties.append(f"{prompt_name} / {Path(pair.draft).stem} adaptive chain (sources {', '.join(sources)}, K {sorted({s.k for s in steps})}): {ties} near-tie mismatches")
 
 
 class _WrongDrafter:
@@ -230,12 +249,12 @@ def _next_logits_after_wrong_drafts(target: LLM, prompt, offset: int, rollback: 
     return committed, target.decode([committed[-1]], n_past, logits="last")[0].copy()
 
 
-def test_kv_rollback_leaves_no_trace_of_rejected_drafts(target_path):
+def test_kv_rollback_leaves_no_trace_of_rejected_drafts(smol_path):
     """After rejected drafts, the target's next-position logits must not depend on WHAT
     was rejected: two runs rejecting different junk agree to float precision, and agree
     with a fresh context fed the committed tokens up to batch rounding. A run that skips
     the rollback (the bug) is far off."""
-    target = LLM(target_path, n_ctx=2048, n_threads=2)
+    target = LLM(smol_path, n_ctx=2048, n_threads=2)
     prompt = target.tokenize(target.chat_prompt(by_name("prose").text))
     try:
         committed_a, logits_a = _next_logits_after_wrong_drafts(target, prompt, offset=1)
@@ -271,8 +290,8 @@ def test_kv_rollback_leaves_no_trace_of_rejected_drafts(target_path):
             assert stale > 5 * max(vs_fresh, same_batches), f"no-rollback run differs by only {stale}"
 
 
-def test_set_k_mid_run_applies_next_step_and_keeps_greedy_text(qwen_session):
-    session = qwen_session
+def test_set_k_mid_run_applies_next_step_and_keeps_greedy_text(smol_session):
+    session = smol_session
     prompt = session.prompt_tokens(by_name("json-extraction").text)
     apply(session, C.SetK(2))
     _, baseline = run_engine(session, prompt, max_tokens=40)
@@ -293,8 +312,8 @@ def test_set_k_mid_run_applies_next_step_and_keeps_greedy_text(qwen_session):
     assert changed.text == baseline.text
 
 
-def test_sampling_is_seeded_and_counts_are_consistent(qwen_session):
-    session = qwen_session
+def test_sampling_is_seeded_and_counts_are_consistent(smol_session):
+    session = smol_session
     prompt = session.prompt_tokens(by_name("prose").text)
     apply(session, C.SetSampling(temperature=0.8, top_k=40, top_p=0.95), C.SetK(4))
     try:

@@ -2,8 +2,8 @@
 schedules (K incl. 0 and > 16, drafter swaps, adaptive on/off, pauses, temperature
 segments, expert changes on the MoE fixture, refused commands) on real models.
 
-CI runs 24 schedules (16 on SmolLM2-135M with its own Q4_0 as the draft model, 6 on the
-tiny MoE, 2 on the default Qwen pair) and the sampled statistical test; the slow run of
+CI runs 23 schedules (16 on SmolLM2-135M with its own Q4_0 as the draft model, 6 on the
+tiny MoE, 1 on the default Qwen pair) and the sampled statistical test; the slow run of
 200 per pair is `python benchmarks/fuzz_exact.py`. Near-tie mismatches are reported in
 the terminal summary (conftest's near_ties)."""
 
@@ -103,18 +103,19 @@ def test_fuzz_moe_expert_changes(moe, near_ties, seed):
 
 
 @pytest.fixture(scope="module")
-def default(target_path, draft_path):
-    """The default pair, one thread per model: with 2 threads on 2 shared cores
-    llama.cpp's threads spin-wait on each other (0.3 vs 9 tok/s for the 1.5B here)."""
+def default(target_path, draft_path, greedy_reference):
+    """The default pair; its plain reference is the run's shared one (test_engine_exact's)."""
     pair = F.default_pair()
-    session, reference = pair.session(DEFAULT_TOKENS), F.Reference(pair)
-    yield pair, session, reference
-    reference.close()
+    session = pair.session(DEFAULT_TOKENS)
+    yield pair, session, greedy_reference(target_path, ctx=pair.ctx, threads=pair.threads)
     session.close()
 
 
+# One schedule on the default pair: its point is that the pair users run stays exact across
+# hot-swaps end to end; what schedules prove about the engine holds on any model, and the
+# small pair runs 16 of them.
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("seed", range(1))
 def test_fuzz_default_pair(default, near_ties, seed):
     check(*default, seed, DEFAULT_TOKENS, near_ties)
 

@@ -1,9 +1,10 @@
 """llama.cpp's tools built from llama-cpp-python's vendored source (specdash.llamacpp_tools).
 
-The real build takes about 10 minutes on 2 cores; `.ci/run` does it before pytest, so here
+The real build takes minutes on 2 cores; `.ci/run` does it before pytest, so here
 `ensure_built()` normally finds the cache. The cache-logic tests run against a temporary
 $SPECDASH_CACHE with the compile step replaced by a fake, so they are fast and test the
-marker, the lock and the partial-build handling, not cmake.
+marker, the lock, the partial-build handling, the wheel id and the static fallback, not
+cmake. The wheel checks read the installed llama-cpp-python's real RECORD and libraries.
 """
 
 from __future__ import annotations
@@ -38,24 +39,59 @@ def real_bin() -> Path:
     return lt.ensure_built()
 
 
-def test_every_default_tool_is_built_static_and_runs(real_bin: Path) -> None:
+def test_every_default_tool_is_built_and_runs(real_bin: Path) -> None:
     assert real_bin == cache_dir() / "llama.cpp" / VERSION / "bin"
-    assert lt.read_marker() is not None
+    marker = lt.read_marker()
+    assert marker is not None and marker.get("link", "static") in ("wheel", "static")
+    linked = marker.get("link") == "wheel"
+    venv_lib_dirs = sorted({p.parent for p, _ in lt._wheel_record().values() if p.name.startswith("libllama")})
     for name in lt.DEFAULT_TARGETS:
         path = lt.tool_path(name)
         assert path == real_bin / name
         assert path.is_file() and os.access(path, os.X_OK), name
-        # Static build: nothing from the (deleted) build directory is loaded at run time.
-        assert lt._dynamic_llama_libs(path) == [], name
+        # LD_LIBRARY_PATH naming the venv's copies of the libraries changes nothing
+        libs = lt._llama_libs(path, venv_lib_dirs)
+        if linked:
+            # Every llama.cpp library it loads is the copy beside it (RPATH $ORIGIN): nothing
+            # from the venv it was built from, nor from the (deleted) build directory.
+            assert {"libllama.so.0", "libggml-base.so.0", "libggml-cpu.so.0"} <= set(libs), (name, libs)
+            for lib, where in libs.items():
+                assert where != "not found" and Path(where).resolve().parent == real_bin.resolve(), (name, lib, where)
+        else:
+            assert libs == {}, name  # static: nothing is loaded at run time
         flag = "--help" if name == "llama-bench" else "--version"
         proc = subprocess.run([str(path), flag], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, f"{name} {flag}: {proc.stderr[-500:]}"
         if flag == "--version":
             assert "version:" in proc.stderr + proc.stdout, name
-    # Only binaries are kept: no cmake build tree, no sources, no temp dirs.
+    # Only binaries (and, linked, the wheel's libraries) are kept: no cmake build tree, no
+    # sources, no temp dirs.
     root = real_bin.parent
-    assert sorted(p.name for p in real_bin.iterdir()) == sorted(lt.DEFAULT_TARGETS)
+    copied = sorted(marker.get("wheel_libs") or {}) if linked else []
+    assert sorted(p.name for p in real_bin.iterdir()) == sorted([*lt.DEFAULT_TARGETS, *copied])
     assert not list(root.glob(".build-*"))
+    if linked:
+        assert marker["wheel_id"] == lt.wheel_id()
+        assert sorted(copied) == sorted(Path(rel).name for rel in lt.wheel_libs().values())
+        for lib, sha in marker["wheel_libs"].items():  # the very bytes the wheel installed
+            assert lt._record_hash(real_bin / lib) == sha, lib
+    elif "link" in marker:  # (not an older specdash's, kept with SPECDASH_TOOLS_STATIC=1)
+        assert marker.get("static_why"), "a static build says why it is static"
+
+
+def test_the_linked_check_refuses_libraries_from_elsewhere(real_bin: Path, tmp_path: Path) -> None:
+    """What _build checks on each linked tool before publishing it (else: static fallback)."""
+    marker = lt.read_marker()
+    assert marker is not None
+    if marker.get("link") != "wheel":
+        pytest.skip("the cached tools are static")
+    lt._check_linked(real_bin / "llama-lookup", real_bin)
+    with pytest.raises(SpecdashError, match="does not load its libraries from"):
+        lt._check_linked(real_bin / "llama-lookup", tmp_path)
+    # the same binary moved away from its libraries: the loader does not find them
+    shutil.copy2(real_bin / "llama-lookup", tmp_path / "llama-lookup")
+    with pytest.raises(SpecdashError, match="libllama-common.so.0 => not found"):
+        lt._check_linked(tmp_path / "llama-lookup", tmp_path)
 
 
 # Straight to 127.0.0.1, whatever http_proxy says.
@@ -143,6 +179,7 @@ def test_cli_path_prints_the_tool(real_bin: Path) -> None:
 @pytest.fixture
 def tmp_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("SPECDASH_CACHE", str(tmp_path))
+    monkeypatch.delenv(lt.STATIC_ENV, raising=False)
     return tmp_path / "llama.cpp" / VERSION
 
 
@@ -157,17 +194,21 @@ class FakeBuild:
 
     def __init__(self, delay: float = 0.0):
         self.calls: list[list[str]] = []
+        self.static: list[bool] = []
         self.delay = delay
         self.lock = threading.Lock()
 
-    def __call__(self, version: str, targets: list[str], root: Path, progress: Any, jobs: int) -> dict[str, Any]:
+    def __call__(self, version: str, targets: list[str], root: Path, progress: Any, jobs: int, *,
+                 static: bool = False) -> dict[str, Any]:
         with self.lock:
             self.calls.append(list(targets))
+            self.static.append(static)
         time.sleep(self.delay)
         shutil.rmtree(root / "bin", ignore_errors=True)
         for t in targets:
             _fake_tool(root / "bin" / t)
-        marker = {"version": version, "targets": targets}
+        marker = {"version": version, "host": lt.host_id(), "targets": targets, "link": "static" if static else "wheel",
+                  "wheel_id": lt.wheel_id(), "static_requested": static}
         (root / lt.MARKER).write_text(json.dumps(marker))
         return marker
 
@@ -196,7 +237,8 @@ def test_marker_for_another_version_or_a_missing_binary_is_not_a_build(tmp_cache
         _fake_tool(tmp_cache / "bin" / t)
     (tmp_cache / lt.MARKER).write_text(json.dumps({"version": "0.0.1", "targets": list(lt.DEFAULT_TARGETS)}))
     assert not lt.is_built()
-    marker = {"version": VERSION, "targets": list(lt.DEFAULT_TARGETS), "host": lt.host_id()}
+    marker = {"version": VERSION, "targets": list(lt.DEFAULT_TARGETS), "host": lt.host_id(), "link": "wheel",
+              "wheel_id": lt.wheel_id()}
     (tmp_cache / lt.MARKER).write_text(json.dumps(marker))
     assert lt.is_built()
     # built with -march=native on another CPU: would die with SIGILL here
@@ -262,6 +304,289 @@ def test_cli_path_of_an_unbuilt_tool_exits_2(tmp_cache: Path) -> None:
     assert proc.stdout == ""
     assert "not built yet" in proc.stderr and "llamacpp_tools build" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+# --- linked to the wheel's own libraries, or static ----------------------------------------
+needs_wheel = pytest.mark.skipif(lt.wheel_id() is None, reason="the installed llama-cpp-python has no linkable libraries")
+
+
+def _write_marker(root: Path, **fields: Any) -> None:
+    marker = {"version": VERSION, "host": lt.host_id(), "targets": list(lt.DEFAULT_TARGETS), **fields}
+    (root / lt.MARKER).write_text(json.dumps(marker))
+
+
+@needs_wheel
+def test_wheel_id_is_the_libraries_content_not_their_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    record = lt._wheel_record()
+    wid = lt.wheel_id(record)
+    assert wid is not None and len(wid) == 16
+    libs = lt.wheel_libs(record)
+    assert sorted(libs) == sorted(lt.WHEEL_LIBS)
+    for name, rel in libs.items():  # the SONAME files: what the tools will ask the loader for
+        assert rel == f"lib/lib{name}.so.0" or rel.startswith(f"lib/lib{name}.so."), rel
+        path, sha = record[rel]
+        assert lt._record_hash(path) == sha, rel  # RECORD tells the truth about the bytes
+    # .ci/run recreates its venv: same wheel, other paths -> same id
+    moved = {rel: (Path("/elsewhere") / rel, sha) for rel, (_, sha) in record.items()}
+    assert lt.wheel_id(moved) == wid
+    # llama-cpp-python rebuilt (other flags, other commit): one library differs -> other id
+    rebuilt = dict(record)
+    path, sha = rebuilt[libs["ggml-cpu"]]
+    rebuilt[libs["ggml-cpu"]] = (path, sha[::-1])
+    assert lt.wheel_id(rebuilt) not in (None, wid)
+    # a library missing from RECORD: nothing to link
+    del rebuilt[libs["mtmd"]]
+    assert lt.wheel_id(rebuilt) is None
+    monkeypatch.setattr(lt.sys, "platform", "darwin")
+    assert lt.wheel_id(record) is None
+
+
+@needs_wheel
+def test_a_changed_wheel_means_not_built(tmp_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for t in lt.DEFAULT_TARGETS:
+        _fake_tool(tmp_cache / "bin" / t)
+    _write_marker(tmp_cache, link="wheel", wheel_id=lt.wheel_id())
+    assert lt.is_built()
+    _write_marker(tmp_cache, link="wheel", wheel_id="0000000000000000")
+    assert not lt.is_built()
+    with pytest.raises(SpecdashError, match="needs a rebuild .llama-cpp-python's libraries changed"):
+        lt.tool_path("llama-server")
+    fake = FakeBuild()
+    monkeypatch.setattr(lt, "_build", fake)
+    said: list[str] = []
+    lt.ensure_built(progress=said.append)
+    assert fake.calls == [list(lt.DEFAULT_TARGETS)] and fake.static == [False]
+    assert any("libraries changed" in line and "rebuilding" in line for line in said)
+    assert lt.is_built()
+
+
+@needs_wheel
+def test_static_builds_serve_when_asked_for_or_as_this_wheels_fallback(tmp_cache: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    for t in lt.DEFAULT_TARGETS:
+        _fake_tool(tmp_cache / "bin" / t)
+    wid = lt.wheel_id()
+    # asked for: serves only while it is asked for
+    _write_marker(tmp_cache, link="static", wheel_id=wid, static_requested=True)
+    assert not lt.is_built()
+    monkeypatch.setenv(lt.STATIC_ENV, "1")
+    assert lt.is_built()
+    _write_marker(tmp_cache, link="wheel", wheel_id=wid)
+    assert not lt.is_built()  # linked, but static asked for
+    monkeypatch.setenv(lt.STATIC_ENV, "0")
+    assert lt.is_built()
+    monkeypatch.delenv(lt.STATIC_ENV)
+    # the fallback for this very wheel: serves; for another wheel, or from before the
+    # linked build existed (no wheel id), it does not: the libraries may be linkable now
+    _write_marker(tmp_cache, link="static", wheel_id=wid, static_requested=False, static_why="x")
+    assert lt.is_built()
+    _write_marker(tmp_cache, link="static", wheel_id="0000000000000000", static_requested=False)
+    assert not lt.is_built()
+    _write_marker(tmp_cache)  # an older specdash's static marker
+    assert not lt.is_built()
+    assert lt.missing_tools(["llama-bench"], static=True) == []
+
+
+def test_static_is_passed_down_to_the_build(tmp_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeBuild()
+    monkeypatch.setattr(lt, "_build", fake)
+    lt.ensure_built(["llama-server"], progress=lambda s: None, static=True)
+    assert fake.static == [True]
+    assert lt.missing_tools(["llama-server"], static=True) == []
+    monkeypatch.setenv(lt.STATIC_ENV, "yes")
+    lt.ensure_built(["llama-server"], progress=lambda s: None)
+    assert fake.static == [True]  # the env var asks for what is cached: no rebuild
+    seen: list[Any] = []
+    monkeypatch.setattr(lt, "ensure_built", lambda targets, **kw: seen.append(kw.get("static")) or tmp_cache / "bin")
+    assert lt.main(["build", "--static"]) == 0 and lt.main(["build"]) == 0
+    assert seen == [True, None]  # None: the env var decides
+
+
+@needs_wheel
+def test_the_installed_wheel_is_linkable_and_refusals_say_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wheel = lt._wheel_for_linking(lt.DEFAULT_TARGETS)
+    assert wheel.id == lt.wheel_id()
+    with pytest.raises(SpecdashError, match="llama-cli not among the linked build's tools"):
+        lt._wheel_for_linking(["llama-server", "llama-cli"])
+    record = lt._wheel_record()
+    config = record[lt._GGML_CONFIG][0].read_text()
+    assert lt._ggml_config(config)["GGML_NATIVE"] == "ON"
+    for before, after, says in [('set(GGML_NATIVE "ON")', 'set(GGML_NATIVE "OFF")', "GGML_NATIVE=OFF, not ON"),
+                                ('set(GGML_BACKEND_DL "OFF")', 'set(GGML_BACKEND_DL "ON")', "GGML_BACKEND_DL=ON"),
+                                ('set(GGML_AVAILABLE_BACKENDS "ggml-cpu")',
+                                 'set(GGML_AVAILABLE_BACKENDS "ggml-cpu;ggml-cuda")', "ggml-cuda, not ggml-cpu")]:
+        assert before in config
+        fake = tmp_path / "ggml-config.cmake"
+        fake.write_text(config.replace(before, after))
+        monkeypatch.setattr(lt, "_wheel_record", lambda fake=fake: {**record, lt._GGML_CONFIG: (fake, "x")})
+        with pytest.raises(SpecdashError, match=says):
+            lt._wheel_for_linking(lt.DEFAULT_TARGETS)
+    libllama = lt.wheel_libs(record)["llama"]
+    monkeypatch.setattr(lt, "_wheel_record", lambda: {k: v for k, v in record.items() if k != libllama})
+    with pytest.raises(SpecdashError, match=r"RECORD lists no single lib/libllama\.so\.N"):
+        lt._wheel_for_linking(lt.DEFAULT_TARGETS)
+    monkeypatch.setattr(lt.sys, "platform", "darwin")
+    with pytest.raises(SpecdashError, match="only done on Linux"):
+        lt._wheel_for_linking(lt.DEFAULT_TARGETS)
+
+
+@needs_wheel
+def test_staged_libraries_are_the_wheels_bytes_under_their_soname(tmp_path: Path) -> None:
+    wheel = lt._wheel_for_linking(lt.DEFAULT_TARGETS)
+    stage = tmp_path / "bin"
+    stage.mkdir()
+    log = lt._Log(tmp_path / "log")
+    try:
+        info = lt._stage_wheel_libs(wheel, stage, log)
+    finally:
+        log.close()
+    assert sorted(p.name for p in stage.iterdir()) == sorted(info["sonames"].values())
+    assert info["sonames"]["llama"] == Path(wheel.libs["llama"]).name
+    # what cpp-httplib and subproc must match: read from libllama-common's own ELF
+    needed = subprocess.run(["readelf", "-d", str(stage / info["sonames"]["llama-common"])], capture_output=True,
+                            text=True).stdout
+    assert info["openssl"] == ("libssl.so" in needed)
+    assert isinstance(info["subprocess"], bool)
+    # a library that is not what RECORD says (changed after install) is refused
+    rel = wheel.libs["ggml"]
+    bad = lt._Wheel(wheel.id, {**wheel.record, rel: (wheel.record[rel][0], "A" * 43)}, wheel.libs)
+    stage2 = tmp_path / "bin2"
+    stage2.mkdir()
+    log = lt._Log(tmp_path / "log2")
+    try:
+        with pytest.raises(SpecdashError, match="differs from llama-cpp-python's RECORD"):
+            lt._stage_wheel_libs(bad, stage2, log)
+    finally:
+        log.close()
+
+
+@needs_wheel
+def test_sdist_headers_must_be_the_wheels(tmp_path: Path) -> None:
+    wheel = lt._wheel_for_linking(lt.DEFAULT_TARGETS)
+    src = tmp_path / "llama.cpp"
+    for in_sdist, in_wheel in lt._SAME_SOURCE.items():
+        (src / in_sdist).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(wheel.record[in_wheel][0], src / in_sdist)
+    lt._check_same_source(src, wheel)
+    with (src / "include" / "llama.h").open("a") as f:
+        f.write("// another llama.cpp\n")
+    with pytest.raises(SpecdashError, match="include/llama.h differs from the wheel's"):
+        lt._check_same_source(src, wheel)
+    (src / "include" / "llama.h").unlink()
+    with pytest.raises(SpecdashError, match="one is missing"):
+        lt._check_same_source(src, wheel)
+
+
+def test_the_shim_cmakelists_ships_as_package_data() -> None:
+    import specdash
+
+    text = (lt.importlib.resources.files("specdash") / lt.SHIM_CMAKELISTS).read_text(encoding="utf-8")
+    assert "add_custom_target(specdash-tools)" in text and "SPECDASH_WHEEL_LIBS" in text
+    # every tool of the linked build has its subdirectory there
+    for t, subdir in {"llama-server": "tools/server", "llama-completion": "tools/completion",
+                      "llama-lookup": "examples/lookup", "llama-speculative-simple": "examples/speculative-simple",
+                      "llama-bench": "tools/llama-bench"}.items():
+        assert t in lt.LINKED_TARGETS and f"add_subdirectory({subdir})" in text
+    # pyproject's package-data globs (setuptools globs them from the package dir) take it
+    # into a wheel, not only into an editable install
+    import tomllib
+
+    pkg = Path(specdash.__file__).parent
+    pyproject = tomllib.loads((pkg.parent / "pyproject.toml").read_text())
+    globs = pyproject["tool"]["setuptools"]["package-data"]["specdash"]
+    assert any(pkg / lt.SHIM_CMAKELISTS in pkg.glob(g) for g in globs)
+
+
+class _FakeSteps:
+    """_build's toolchain, sdist and compile steps faked; its choice of link, fallback,
+    publishing and marker are real."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, linked_fails: str | None = None):
+        self.linked_calls = 0
+        self.static_calls = 0
+        self.linked_fails = linked_fails
+        monkeypatch.setattr(lt, "check_toolchain", lambda: {"cmake": "cmake", "cmake_version": "3.25",
+                                                           "cxx": "c++", "make": "make"})
+        monkeypatch.setattr(lt, "_fetch_source", self.fetch)
+        monkeypatch.setattr(lt, "_build_linked", self.linked)
+        monkeypatch.setattr(lt, "_build_static", self.static)
+
+    def fetch(self, version: str, work: Path, progress: Any, log: Any) -> Path:
+        src = work / "src"
+        src.mkdir()
+        (src / "CMakeLists.txt").write_text("upstream")
+        return src
+
+    def linked(self, tools: Any, src: Path, build: Path, stage: Path, targets: list[str], *rest: Any) -> Any:
+        self.linked_calls += 1
+        (stage / "libllama.so.0").write_text("lib")
+        (src / "CMakeLists.txt").rename(src / lt._UPSTREAM_CMAKELISTS)
+        (src / "CMakeLists.txt").write_text("shim")
+        if self.linked_fails:
+            raise SpecdashError(self.linked_fails)
+        for t in targets:
+            _fake_tool(stage / t)
+        return ["-DSPECDASH_WHEEL_LIBS=<bin>"], {"wheel_libs": {"libllama.so.0": "sha"}}
+
+    def static(self, tools: Any, src: Path, build: Path, stage: Path, targets: list[str], *rest: Any) -> Any:
+        self.static_calls += 1
+        assert (src / "CMakeLists.txt").read_text() == "upstream"  # the shim was taken back
+        assert list(stage.iterdir()) == []  # no copied library left from the linked attempt
+        for t in targets:
+            _fake_tool(stage / t)
+        return list(lt.CMAKE_OPTIONS)
+
+
+@needs_wheel
+def test_build_links_the_wheel_when_it_can(tmp_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    steps = _FakeSteps(monkeypatch)
+    said: list[str] = []
+    lt.ensure_built(progress=said.append)
+    assert (steps.linked_calls, steps.static_calls) == (1, 0)
+    marker = lt.read_marker()
+    assert marker is not None
+    assert marker["link"] == "wheel" and marker["wheel_id"] == lt.wheel_id() and "static_why" not in marker
+    assert sorted(p.name for p in (tmp_cache / "bin").iterdir()) == sorted([*lt.DEFAULT_TARGETS, "libllama.so.0"])
+    assert any("linked to llama-cpp-python's libraries" in line for line in said)
+    assert lt.is_built()
+
+
+@needs_wheel
+def test_a_failed_linked_build_falls_back_to_static(tmp_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    steps = _FakeSteps(monkeypatch, linked_fails="cmake configure (linked) failed (exit 1): boom")
+    said: list[str] = []
+    lt.ensure_built(progress=said.append)
+    assert (steps.linked_calls, steps.static_calls) == (1, 1)
+    marker = lt.read_marker()
+    assert marker is not None and marker["link"] == "static" and marker["static_requested"] is False
+    assert "boom" in marker["static_why"] and marker["wheel_id"] == lt.wheel_id()
+    assert sorted(p.name for p in (tmp_cache / "bin").iterdir()) == sorted(lt.DEFAULT_TARGETS)
+    assert any(line.startswith("llama.cpp tools: building static instead") and "boom" in line for line in said)
+    assert lt.is_built()  # the fallback for this wheel: not retried on every call
+
+
+def test_an_ineligible_wheel_or_static_asked_for_builds_static(tmp_cache: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    steps = _FakeSteps(monkeypatch)
+
+    def not_linkable(targets: Any) -> Any:
+        raise SpecdashError("its ggml has GGML_NATIVE=OFF, not ON")
+
+    monkeypatch.setattr(lt, "_wheel_for_linking", not_linkable)
+    said: list[str] = []
+    lt.ensure_built(["llama-server"], progress=said.append)
+    assert (steps.linked_calls, steps.static_calls) == (0, 1)
+    marker = lt.read_marker()
+    assert marker is not None and marker["link"] == "static" and "GGML_NATIVE=OFF" in marker["static_why"]
+    assert any("building static instead" in line and "GGML_NATIVE=OFF" in line for line in said)
+
+    assert lt.missing_tools(["llama-server"], static=True) == []  # static, whatever the reason
+    (tmp_cache / lt.MARKER).unlink()
+    steps = _FakeSteps(monkeypatch)
+    lt.ensure_built(["llama-server"], progress=said.append, static=True)
+    assert (steps.linked_calls, steps.static_calls) == (0, 1)
+    marker = lt.read_marker()
+    assert marker is not None and marker["static_requested"] is True and "--static" in marker["static_why"]
 
 
 # --- a missing toolchain gives one line naming what to install ---------------------------

@@ -31,7 +31,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)"),
 ]
 
-TRIES = 5
+TRIES = 3  # per case; the median is held to the bar (measured here well under half of it)
 BAR_S = 1.0
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -126,11 +126,12 @@ def report(name: str, figures: list[float], notes: list[str]) -> float:
 @pytest.mark.slow
 def test_q_exits_within_a_second_during_17_token_verify_batches(tmp_path, target_path):
     # ~300 prompt tokens: each try's prefill of the 1.5B is most of its time, and a few
-    # batches of 17 is all a try needs. Three tries: the median of three holds the bar.
+    # batches of 17 is all a try needs. The default target, since its 17-token batches are
+    # long (0.6-1 s on 2 cores): the point is a key arriving inside one.
     prompt = copy_prompt(tmp_path, chars=1000)
     rng = random.Random(17)
     figures, notes = [], []
-    for i in range(3):
+    for i in range(TRIES):
         dash = Dashboard(tmp_path, f"verify{i}", ["--target", str(target_path), "--draft", "lookup", "--k", "16",
                                                    "--prompt-file", str(prompt), "--max-tokens", "3000"])
         try:
@@ -165,7 +166,9 @@ def bench_moe() -> Path:
 
 
 def test_q_exits_within_a_second_during_a_moe_reload(tmp_path, bench_moe):
-    prompt = copy_prompt(tmp_path)  # ~900 tokens: the re-feed after the reload is long
+    # ~600 tokens: the re-feed after the reload still takes a while, and q lands in the
+    # reload's load of the target anyway.
+    prompt = copy_prompt(tmp_path, chars=2000)
     figures, notes, in_reload = [], [], 0
     for i in range(TRIES):
         dash = Dashboard(tmp_path, f"reload{i}", ["--target", str(bench_moe), "--draft", "none", "--raw",

@@ -336,7 +336,9 @@ def test_the_cut_after_a_wrong_token_follows_the_draft_models_own_continuation(t
     continuation (transcript.off_text), so each step drafts as many tokens as the real
     run. With the text's confidence standing in (before off_text) 5 of the first 11 steps
     on the first prompt drafted another count than the real run; following the
-    continuation, none. The real run is the transcript's own session, switched to K=8."""
+    continuation, none. The real run is the transcript's own session, switched to K=8.
+    (SmolLM2 with its own Q2_K as the draft was tried in its place: its draft-side
+    near-ties, which the transcript does not mark, made steps differ by a token.)"""
     s = EngineSettings(target=str(target_path), draft=str(draft_path), k=8, threads=2, ctx=1024, max_tokens=64,
                        adaptive=False, draft_p_joint=0.1)
     followed = 0
@@ -417,10 +419,21 @@ class Recorder(CostModelController):
         super().observe(k, drafted, accepted, draft_ms, verify_ms, other_ms, content, evidence, source)
 
 
+def pinned(ctl: CostModelController) -> CostModelController:
+    """The simulation's controller on the cost shape the engine's was pinned to (the suite's
+    SPECDASH_COST_SHAPE, conftest): both learn s(1) from the same steps, nothing else."""
+    from specdash.session import pin_cost_shape
+
+    pin_cost_shape(ctl)
+    return ctl
+
+
 @pytest.mark.parametrize("kind", ["lookup", "model", "chain"])
-def test_simulated_controller_decides_as_the_engine_did(kind, smol_path, small_draft, transcripts, near_ties):
+def test_simulated_controller_decides_as_the_engine_did(kind, smol_path, small_draft, transcripts, near_ties,
+                                                        cost_curve):
     """Fed the costs the engine measured, step by step, the simulation's adaptive run
-    makes the engine's choices: same K, same draft, same reason, every step."""
+    makes the engine's choices: same K, same draft, same reason, every step, on each
+    machine kind's cost curve."""
     spec = str(small_draft) if kind == "model" else kind
     s = settings(smol_path, spec, 4, adaptive=True)
     # Keeps probing (no verdict that the draft model cannot pay), like the fuzz tests: on
@@ -431,12 +444,13 @@ def test_simulated_controller_decides_as_the_engine_did(kind, smol_path, small_d
         steps, _ = real_run(s, prompt, controller=ctl, model=small_draft if kind == "chain" else None)
         replay = Replay(steps=ctl.observed, catch_up=ctl.catch_up, seed=ctl.seed, price=ctl.prices[-1])
         sim = simulate(tr, make_drafter(spec, tr, FLAT, s, replay), FLAT, s, name=kind,
-                       controller=CostModelController(**params), replay=replay)
-        assert len({t[0] for t in sim.trace}) > 1 or kind == "lookup"  # the controller did decide
+                       controller=pinned(CostModelController(**params)), replay=replay)
+        # The controller did decide (where batches are cheap enough for K to move).
+        assert len({t[0] for t in sim.trace}) > 1 or kind == "lookup" or cost_curve != "intel-amx"
         assert_same_steps(tr, sim, steps, near_ties, f"adaptive {kind} on {prompt[:20]!r}", decisions=True)
 
 
-def test_simulated_auto_chooses_as_the_engine_did(smol_path, small_draft, transcripts, near_ties):
+def test_simulated_auto_chooses_as_the_engine_did(smol_path, small_draft, transcripts, near_ties, cost_curve):
     """auto, the default, in whatif and in the real engine (its draft model the session's
     --draft-model): fed the costs and catch-ups the engine measured, the simulation takes
     the same source, K and reason every step. Simulated as the chain, it would not."""
@@ -459,14 +473,15 @@ def test_simulated_auto_chooses_as_the_engine_did(smol_path, small_draft, transc
         steps = [ev for ev in events if isinstance(ev, E.StepEvent)]
         replay = Replay(steps=ctl.observed, catch_up=asked, seed=ctl.seed, price=ctl.prices[-1])
         sim = simulate(tr, make_drafter("auto", tr, FLAT, s, replay), FLAT, s, name="auto",
-                       controller=CostModelController(**params), replay=replay)
+                       controller=pinned(CostModelController(**params)), replay=replay)
         assert_same_steps(tr, sim, steps, near_ties, f"auto on {prompt[:20]!r}", decisions=True)
         drafted_by |= {t[4] for t in sim.trace}
         chain = simulate(tr, make_drafter("chain", tr, FLAT, s, replay), FLAT, s,
-                         name="chain", controller=CostModelController(**params), replay=replay)
+                         name="chain", controller=pinned(CostModelController(**params)), replay=replay)
         n = agreeing_steps(tr, steps, [], "auto")
         assert [t[:4] for t in chain.trace[:n]] != [t[:4] for t in sim.trace[:n]], "auto simulated as the chain"
-    assert {"draft", "none"} <= drafted_by and drafted_by & {"lookup", "suffix"}, drafted_by
+    if cost_curve == "intel-amx":  # cheap batches: every source has its turn
+        assert {"draft", "none"} <= drafted_by and drafted_by & {"lookup", "suffix"}, drafted_by
 
 
 def test_whatif_feeds_autos_model_the_prompt_only_when_it_first_drafts(transcripts, smol_path, small_draft):

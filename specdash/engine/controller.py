@@ -117,6 +117,15 @@ class KController(Protocol):
         """ms per target batch of n tokens, measured by the engine."""
         ...
 
+    def pin_shape(self, verify_ms: dict[int, float], name: str) -> None:
+        """Fix the target's cost curve to the shape of verify_ms (profile `name`), scaled
+        by the one-token cost measured here; nothing else is calibrated or learned."""
+        ...
+
+    def pinned_shape(self) -> str:
+        """The profile pin_shape named, "" while the curve is this machine's."""
+        ...
+
     def reset(self, target_changed: bool = False) -> None:
         """A new drafter; target_changed=True: also a new target (another expert count),
         so its measured step costs no longer hold."""
@@ -198,6 +207,12 @@ class ThresholdController:
 
     def seed_costs(self, ms: dict[int, float]) -> None:
         pass
+
+    def pin_shape(self, verify_ms: dict[int, float], name: str) -> None:
+        pass  # the baseline rule knows no costs
+
+    def pinned_shape(self) -> str:
+        return ""
 
     def choose(self, content: str, catch_up_ms: float = 0.0) -> tuple[int, str]:
         return self.k, self._reason
@@ -314,6 +329,7 @@ class CostModelController:
         self.k_init = _clamp(K_INIT if k_init is None else k_init, k_min, k_max)
         self.probe_k = min(max(self.settings.probe_k, 1), k_max)
         self.costs = TargetCosts(self.settings)  # the target's: kept across drafters
+        self._pinned_name = ""
         self.reset()
 
     def reset(self, target_changed: bool = False) -> None:
@@ -349,6 +365,15 @@ class CostModelController:
         """Step costs measured up front (ms per target batch of n tokens): decisions are
         right from the first step instead of extrapolating from one batch size."""
         self.costs.seed_costs(ms)
+
+    def pin_shape(self, verify_ms: dict[int, float], name: str) -> None:
+        """See TargetCosts.pin_shape: which machine's curve the choices are made on is then
+        the caller's (a test's scripted profile), not this CPU's."""
+        self.costs.pin_shape(verify_ms)
+        self._pinned_name = name
+
+    def pinned_shape(self) -> str:
+        return self._pinned_name if self.costs.pinned else ""
 
     # --- estimates (the pricing objects', under the names callers know) -----------------
     def step_cost(self, n: int) -> float | None:

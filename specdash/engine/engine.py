@@ -94,6 +94,7 @@ class Engine:
         self._rb = Rollback(target)  # how the target takes back rejected drafts
         self._told_rollback: object = None  # the target whose rollback strategy was announced
         self._rollback_priced: object = None  # (target, controller): the controller has its rollback costs
+        self._told_pinned: object = None  # the controller whose pinned cost shape was announced
 
     # --- commands -------------------------------------------------------------------
     def send(self, cmd: E.Command) -> None:
@@ -280,6 +281,11 @@ class Engine:
         ctl, target = self.controller, self.target
         if not (self.settings.adaptive and ctl is not None):
             return
+        pinned = ctl.pinned_shape()
+        if pinned and self._told_pinned is not ctl:
+            self._told_pinned = ctl
+            yield NoticeEvent("info", f"adaptive K: target batch costs follow profile {pinned}'s curve, "
+                              "scaled by the one-token cost measured here (pinned: not calibrated)", t=E.now())
         if self.drafter.name == "none":
             # Adaptive is the default, also with --draft none: nothing can be drafted, so
             # measuring batch costs would only delay the first token. A drafter swapped in

@@ -10,6 +10,12 @@ sizes, or, with one size measured, by ControllerSettings.prior_slope. At K = 0 o
 is measured, and a load change moves every size alike, so each other size is kept
 scaled by how s(1) moved since it was measured (unscaled, a slower machine made stale
 big batches look cheap and drafting pay).
+
+A pinned shape (pin_shape) fixes the curve's shape instead: s(n) = s(1) x shape(n), with
+s(1) this machine's, measured by the first plain step as usual, and no other size learned
+or calibrated. It is how a test states which machine's curve a choice is made on (tests/
+fixtures/profiles): what adaptive K or auto picks is then a property of the code, not of
+the CPU the suite runs on, while the draft clock and acceptance stay real.
 """
 
 from __future__ import annotations
@@ -52,6 +58,22 @@ class TargetCosts:
         # s(1) when each batch size was last measured (see the module docstring)
         self._s1_at: dict[int, float] = {}
         self._cost_cache: dict[int, float] = {}  # step_cost(n) until the next measurement
+        self._shape: dict[int, float] | None = None  # pin_shape's s(n) / s(1); kept by forget()
+
+    def pin_shape(self, verify_ms: dict[int, float]) -> None:
+        """Fix the curve's shape to verify_ms's (ms per batch of n tokens on some machine,
+        n = 1 among them): from now on only s(1) is learned, and every other size costs
+        s(1) times its ratio there (interpolated and extended as measured sizes are)."""
+        if verify_ms.get(1, 0.0) <= 0.0:
+            raise ValueError("a pinned cost shape needs a positive cost for a batch of 1 token")
+        self._shape = {n: v / verify_ms[1] for n, v in sorted(verify_ms.items())}
+        for n in [n for n in self._step_cost if n != 1]:
+            del self._step_cost[n]
+        self._cost_cache.clear()
+
+    @property
+    def pinned(self) -> bool:
+        return self._shape is not None
 
     def forget(self) -> None:
         self._step_cost.clear()
@@ -61,13 +83,16 @@ class TargetCosts:
 
     # --- measurements -------------------------------------------------------------------
     def needs_costs(self) -> bool:
-        """No batch bigger than one token measured yet: seed_costs() would help."""
-        return not any(n > 1 and e.count for n, e in self._step_cost.items())
+        """No batch bigger than one token measured yet: seed_costs() would help (never with
+        a pinned shape: its sizes are not measured)."""
+        return self._shape is None and not any(n > 1 and e.count for n, e in self._step_cost.items())
 
     def seed_costs(self, ms: dict[int, float]) -> None:
         """Step costs measured up front (ms per target batch of n tokens): decisions are
         right from the first step instead of extrapolating from one batch size."""
         self._cost_cache.clear()
+        if self._shape is not None:
+            ms = {n: v for n, v in ms.items() if n == 1}
         for n, v in ms.items():
             self._step_cost.setdefault(n, Ema()).add(v, _REPLACE, self.settings.ema_clip)
         if 1 in ms:
@@ -75,6 +100,8 @@ class TargetCosts:
 
     def observe(self, n: int, ms: float) -> None:
         """One verify batch of n tokens took `ms` (verify and bookkeeping)."""
+        if self._shape is not None and n != 1:
+            return  # the shape is pinned: only the one-token scale is this machine's
         s1 = self.step_cost(1)  # before this sample: the load the batch ran at
         self._cost_cache.clear()
         if n > 1 and s1 and n in self._step_cost and self._s1_at.get(n):
@@ -112,13 +139,19 @@ class TargetCosts:
         return cost
 
     def _estimate_cost(self, n: int) -> float | None:
-        sizes = sorted(m for m, e in self._step_cost.items() if e.count)
-        if not sizes:
-            return None
         e1 = self._step_cost.get(1)
         s1 = e1.value if e1 is not None and e1.count else 0.0
-        cost = {m: self._step_cost[m].value * (s1 / self._s1_at[m] if m > 1 and s1 and self._s1_at.get(m) else 1.0)
-                for m in sizes}
+        if self._shape is not None:
+            if not s1:
+                return None
+            sizes = list(self._shape)
+            cost = {m: s1 * r for m, r in self._shape.items()}
+        else:
+            sizes = sorted(m for m, e in self._step_cost.items() if e.count)
+            if not sizes:
+                return None
+            cost = {m: self._step_cost[m].value * (s1 / self._s1_at[m] if m > 1 and s1 and self._s1_at.get(m) else 1.0)
+                    for m in sizes}
         if n in cost:
             return cost[n]
         if sizes[0] < n < sizes[-1]:
@@ -136,7 +169,8 @@ class TargetCosts:
             unit = cost[m] / (1.0 + prior_slope * (m - 1))
             return prior_slope * unit
         cap = self.settings.fit_weight_cap
-        w = {m: min(self._step_cost[m].count, cap) for m in sizes}
+        # A pinned shape's points weigh alike: they are one machine's curve, not samples.
+        w = {m: 1 if self._shape is not None else min(self._step_cost[m].count, cap) for m in sizes}
         sw = sum(w.values())
         mx = sum(w[m] * m for m in sizes) / sw
         my = sum(w[m] * cost[m] for m in sizes) / sw
