@@ -281,11 +281,6 @@ class Engine:
         ctl, target = self.controller, self.target
         if not (self.settings.adaptive and ctl is not None):
             return
-        pinned = ctl.pinned_shape()
-        if pinned and self._told_pinned is not ctl:
-            self._told_pinned = ctl
-            yield NoticeEvent("info", f"adaptive K: target batch costs follow profile {pinned}'s curve, "
-                              "scaled by the one-token cost measured here (pinned: not calibrated)", t=E.now())
         if self.drafter.name == "none":
             # Adaptive is the default, also with --draft none: nothing can be drafted, so
             # measuring batch costs would only delay the first token. A drafter swapped in
@@ -294,6 +289,11 @@ class Engine:
         strategy = self._rollback().strategy
         if strategy.kind == "none" or (strategy.kind != "kv" and not strategy.checkpoint_bytes):
             return  # nothing to draft (K=0), or no way back from a junk batch
+        pinned = ctl.pinned_shape()
+        if pinned and self._told_pinned is not ctl:  # said where the costs would be timed
+            self._told_pinned = ctl
+            yield NoticeEvent("info", f"adaptive K: target batch costs follow profile {pinned}'s curve, "
+                              "scaled by the one-token cost measured here (pinned: not calibrated)", t=E.now())
         # Fixed-K steps teach the controller batch costs, never what a rollback costs.
         price_rollback = strategy.kind == "checkpoint" and self._rollback_priced != (target, ctl)
         if not (ctl.needs_costs() or price_rollback):
