@@ -40,10 +40,11 @@ def made(tmp_path_factory: pytest.TempPathFactory, smol_path: Any) -> dict[str, 
     smol = Path(smol_path)
     files = {name: d / f"{name}.jsonl" for name in ("self", "lookup", "poem")}
     run_json(smol, str(smol), EDIT, files["self"])
-    run_json(smol, str(smol), POEM, files["self"])  # two prompts in one file
+    run_json(smol, str(smol), POEM, files["poem"])
+    with files["self"].open("a", encoding="utf-8") as f:  # two prompts in one file: the poem's run again
+        f.write(files["poem"].read_text(encoding="utf-8"))
     run_json(smol, "lookup", EDIT, files["lookup"])
     run_json(smol, "lookup", POEM, files["lookup"])
-    run_json(smol, str(smol), POEM, files["poem"])
     files["recorded"] = d / "recorded.jsonl"
     proc = specdash("run", "--target", str(smol), "--draft", str(smol), "--k", "4", "--threads", "1", "--ctx", "512",
                     "--max-tokens", TOKENS, "--prompt", EDIT, "--record", str(files["recorded"]))

@@ -125,10 +125,10 @@ def report(name: str, figures: list[float], notes: list[str]) -> float:
 
 @pytest.mark.slow
 def test_q_exits_within_a_second_during_17_token_verify_batches(tmp_path, target_path):
-    # ~300 prompt tokens: each try's prefill of the 1.5B is most of its time, and a few
+    # ~200 prompt tokens: each try's prefill of the 1.5B is most of its time, and two
     # batches of 17 is all a try needs. The default target, since its 17-token batches are
     # long (0.6-1 s on 2 cores): the point is a key arriving inside one.
-    prompt = copy_prompt(tmp_path, chars=1000)
+    prompt = copy_prompt(tmp_path, chars=600)
     rng = random.Random(17)
     figures, notes = [], []
     for i in range(TRIES):
@@ -136,7 +136,7 @@ def test_q_exits_within_a_second_during_17_token_verify_batches(tmp_path, target
                                                    "--prompt-file", str(prompt), "--max-tokens", "3000"])
         try:
             batches = lambda evs: [e for e in evs if e["event"] == "step" and e["drafted"] == 16]  # noqa: E731
-            dash.wait_for(lambda evs: len(batches(evs)) >= 3, "three 17-token verify batches")
+            dash.wait_for(lambda evs: len(batches(evs)) >= 2, "two 17-token verify batches")
             time.sleep(rng.uniform(0.0, 0.7))  # a random point of a batch (they take ~0.7 s here)
             pressed, seconds = dash.quit()
         finally:
