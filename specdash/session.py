@@ -44,18 +44,33 @@ Progress = Callable[[str, float | None], None]
 COST_SHAPE_ENV = "SPECDASH_COST_SHAPE"
 
 
-def pin_cost_shape(controller: KController, spec: str | None = None) -> None:
-    """Pin the controller's cost shape to profile `spec` (default: $SPECDASH_COST_SHAPE;
-    nothing when neither is given). A bad profile is a SpecdashError naming it."""
+def cost_shape(spec: str | None = None) -> tuple[dict[int, float], str] | None:
+    """The [verify_ms] curve and name of profile `spec` (default: $SPECDASH_COST_SHAPE; None
+    when neither is given). A missing or bad profile is a one-line SpecdashError naming the
+    variable."""
     spec = spec if spec is not None else os.environ.get(COST_SHAPE_ENV, "")
     if not spec:
-        return
-    from specdash.whatif.profile import load_profile
+        return None
+    from specdash.whatif.profile import BUILTIN, load_profile
 
-    profile = load_profile(spec)
+    if spec not in BUILTIN and not Path(spec).expanduser().is_file():
+        raise SpecdashError(f"${COST_SHAPE_ENV}={spec}: no such file; give a whatif profile (a TOML file with "
+                            f"[verify_ms]) or a shipped one: {', '.join(BUILTIN)}")
+    try:
+        profile = load_profile(spec)
+    except SpecdashError as exc:
+        raise SpecdashError(f"${COST_SHAPE_ENV}: {exc}") from None
     if 1 not in profile.verify:
-        raise SpecdashError(f"{COST_SHAPE_ENV}={spec}: its [verify_ms] needs a batch of 1 token (key 1)")
-    controller.pin_shape(dict(profile.verify), profile.name)
+        raise SpecdashError(f"${COST_SHAPE_ENV}={spec}: its [verify_ms] needs a batch of 1 token (key 1)")
+    return dict(profile.verify), profile.name
+
+
+def pin_cost_shape(controller: KController, spec: str | None = None) -> None:
+    """Pin the controller's cost shape to profile `spec` (cost_shape's default: the
+    environment's); nothing when none is given."""
+    shape = cost_shape(spec)
+    if shape is not None:
+        controller.pin_shape(*shape)
 
 
 def draft_label(spec: str) -> str:
@@ -70,6 +85,7 @@ class Session:
         """controller: the adaptive-K rule (default: the cost model; tests and
         comparisons pass engine.controller.ThresholdController, the baseline rule)."""
         self._progress: Progress = progress or (lambda msg, frac: None)
+        shape = cost_shape()  # read before any model loads: a bad profile fails at once
         self._suffix: SuffixDrafter | None = None  # one per session: it remembers earlier outputs
         # The target's MTP head, built on first use and lent like the suffix drafter: its
         # context reads the target's, so there is one per loaded target.
@@ -92,7 +108,8 @@ class Session:
         drafter = self.make_drafter(settings.draft)
         controller = controller or CostModelController(k_min=settings.k_min, k_max=settings.k_max,
                                                        k_init=settings.k)
-        pin_cost_shape(controller)
+        if shape is not None:
+            controller.pin_shape(*shape)
         self.engine = Engine(
             self.target,
             drafter,

@@ -252,3 +252,19 @@ def test_the_first_screen_says_k_is_adaptive(smol_path, tmp_path):
     assert " adaptive " in status, status
     assert "(adaptive)" in titles, titles
     assert not after.adaptive and after.k - 1 in shown, (after, shown)
+
+
+@pytest.mark.parametrize("value,needle", [("/nonexistent/shape.toml", "no such file"),
+                                          ("BADFILE", "[verify_ms] missing")])
+def test_a_bad_pinned_cost_shape_is_one_line_before_any_model_loads(tmp_path, monkeypatch, value, needle):
+    """$SPECDASH_COST_SHAPE (the suite's scripted cost curve, session.cost_shape): a missing or
+    malformed profile is a one-line error naming the variable, exit 2, before a model loads
+    (the target named does not even exist)."""
+    from specdash.session import COST_SHAPE_ENV
+
+    if value == "BADFILE":
+        value = str(tmp_path / "bad.toml")
+        Path(value).write_text('name = "x"\n', encoding="utf-8")
+    monkeypatch.setenv(COST_SHAPE_ENV, value)
+    proc = specdash("run", "--target", str(tmp_path / "no-such-model.gguf"), "--prompt", "x")
+    assert_usage_error(proc, f"${COST_SHAPE_ENV}", needle)
