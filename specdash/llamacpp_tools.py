@@ -510,11 +510,6 @@ def _llama_libs(binary: Path, library_path: Sequence[Path] = ()) -> dict[str, st
     return found
 
 
-def _dynamic_llama_libs(binary: Path) -> list[str]:
-    """libllama/libggml/libmtmd a binary loads at run time (empty for a static build)."""
-    return list(_llama_libs(binary))
-
-
 def _fresh_stage(work: Path) -> Path:
     stage = work / "bin"
     shutil.rmtree(stage, ignore_errors=True)
@@ -545,7 +540,7 @@ def _build_static(tools: dict[str, str], src: Path, build: Path, stage: Path, ta
     )
     _copy_tools(build, stage, targets, log)
     for t in targets:
-        dyn = _dynamic_llama_libs(stage / t)
+        dyn = list(_llama_libs(stage / t))  # none for a static build
         if dyn:
             raise SpecdashError(
                 f"{t} links {', '.join(dyn)} dynamically, but the build is meant to be static "
@@ -714,7 +709,6 @@ def _build(version: str, targets: list[str], root: Path, progress: Progress, job
     when that fails) static."""
     tools = check_toolchain()
     t0 = time.monotonic()
-    current_wheel = wheel_id()
     wheel: _Wheel | None = None
     why_static = f"asked for with --static / {STATIC_ENV}=1" if static else ""
     if not static:
@@ -722,6 +716,7 @@ def _build(version: str, targets: list[str], root: Path, progress: Progress, job
             wheel = _wheel_for_linking(targets)
         except SpecdashError as exc:
             why_static = f"llama-cpp-python's libraries cannot be linked: {exc}"
+    current_wheel = wheel.id if wheel is not None else wheel_id()  # RECORD read once when linkable
     work = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=root))
     log = _Log(root / LOG)
     try:

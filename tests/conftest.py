@@ -123,21 +123,22 @@ def qwen_session():
 
 
 @pytest.fixture(scope="session")
-def small_draft_path(smol_path):
-    """SmolLM2-135M at Q4_0 (benchmarks/fuzz_exact.make_small_draft): the small pair's draft
-    model, a real quantization of the target that disagrees with it now and then."""
+def small_draft(smol_path):
+    """SmolLM2-135M at Q4_0 (benchmarks/fuzz_exact.make_small_draft, made once and cached in
+    $SPECDASH_CACHE/fixtures): the small pair's draft model, a real quantization of the
+    target that disagrees with it now and then."""
     return fuzz_harness().make_small_draft()
 
 
 @pytest.fixture(scope="session")
-def smol_session(smol_path, small_draft_path):
+def smol_session(smol_path, small_draft):
     """One loaded small pair (SmolLM2-135M, its Q4_0 as the draft model) for the run: what
     holds on any model (exactness, rollback, commands) is proven here, 5-10x faster than on
     the default pair, which keeps the tests whose point it is."""
     from specdash.engine.settings import EngineSettings
     from specdash.session import Session
 
-    s = Session(EngineSettings(target=str(smol_path), adaptive=False, draft=str(small_draft_path), threads=2,
+    s = Session(EngineSettings(target=str(smol_path), adaptive=False, draft=str(small_draft), threads=2,
                                ctx=2048))
     yield s
     s.close()

@@ -183,7 +183,7 @@ PROMPT = ("Repeat this list exactly, then add one more line in the same style:\n
           "- plums: 2 crates, delivered Wednesday\n- figs: 4 crates, delivered Thursday\n")
 
 
-def test_auto_is_greedy_exact_and_drafts_copies_on_the_real_engine(smol_path, small_draft_path, greedy_reference,
+def test_auto_is_greedy_exact_and_drafts_copies_on_the_real_engine(smol_path, small_draft, greedy_reference,
                                                                    cost_curve):
     """SmolLM2-135M with its own Q4_0 as the draft model (the fuzz's small pair), on the
     defaults (auto, adaptive K), under each machine kind's cost curve: the committed text is
@@ -194,7 +194,7 @@ def test_auto_is_greedy_exact_and_drafts_copies_on_the_real_engine(smol_path, sm
 
     from specdash.session import Session
 
-    s = EngineSettings(target=str(smol_path), draft_model=str(small_draft_path), threads=2, ctx=1024,
+    s = EngineSettings(target=str(smol_path), draft_model=str(small_draft), threads=2, ctx=1024,
                        max_tokens=64)
     assert s.draft == "auto" and s.adaptive  # the defaults
     session = Session(s)
@@ -215,7 +215,7 @@ def test_auto_is_greedy_exact_and_drafts_copies_on_the_real_engine(smol_path, sm
     assert any(f"profile {cost_curve}'s curve" in m for m in notices), notices  # pinned, not timed here
     assert not any("measured target batch costs" in m for m in notices), notices
     assert all(e.adaptive and e.decision and e.drafted <= e.k for e in steps)
-    assert {e.drafter for e in steps} <= {"lookup", "suffix", "none", Path(small_draft_path).stem}, steps
+    assert {e.drafter for e in steps} <= {"lookup", "suffix", "none", Path(small_draft).stem}, steps
     if cost_curve == "intel-amx":
         assert {e.drafter for e in steps if e.drafted} & {"lookup", "suffix"}
     got = [t for e in steps for t in e.tokens]

@@ -119,7 +119,7 @@ def pair(request, greedy_reference):
     if request.param == "qwen":
         return Pair(request.getfixturevalue("qwen_session"), "qwen2.5-coder-0.5b",
                     greedy_reference(request.getfixturevalue("target_path"), ctx=2048), ks=KS[-1:])
-    return Pair(request.getfixturevalue("smol_session"), str(request.getfixturevalue("small_draft_path")),
+    return Pair(request.getfixturevalue("smol_session"), str(request.getfixturevalue("small_draft")),
                 greedy_reference(request.getfixturevalue("smol_path"), ctx=2048))
 
 

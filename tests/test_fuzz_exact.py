@@ -34,12 +34,6 @@ RESULTS: list = []  # every fuzz result of this module, for the summary line
 
 
 @pytest.fixture(scope="module")
-def small_draft(tmp_path_factory) -> Path:
-    """SmolLM2-135M at Q4_0, made from its Q4_1 by `specdash models make-draft`'s code."""
-    return F.make_small_draft()  # made once, cached in $SPECDASH_CACHE/fixtures
-
-
-@pytest.fixture(scope="module")
 def small(small_draft):
     pair = F.small_pair(small_draft)
     session, reference = pair.session(SMALL_TOKENS), F.Reference(pair)

@@ -43,11 +43,6 @@ FLAT = Profile(name="test", verify={1: 10.0, 9: 14.0, 33: 26.0}, draft_ms=1.0, b
                overhead_ms=0.2)
 
 
-@pytest.fixture(scope="module")
-def small_draft(tmp_path_factory) -> Path:
-    return F.make_small_draft()  # made once, cached in $SPECDASH_CACHE/fixtures
-
-
 def settings(smol: Path, draft: str, k: int = 0, **kw) -> EngineSettings:
     """Without the joint confidence cut unless asked: what the draft model drafts after its
     first wrong token is then known exactly (all K), so drafted counts compare too."""
