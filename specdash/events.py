@@ -133,6 +133,9 @@ class PromptEvent:
 class PrefillEvent:
     n_tokens: int
     ms: float
+    # Of n_tokens, the rows kept from the run before (the same prompt again, or a chat's
+    # next turn on a server): computed then, not now.
+    reused: int = 0
     t: float = 0.0
     event: str = "prefill"
 
@@ -207,7 +210,9 @@ class NoticeEvent:
 @dataclass(slots=True)
 class Summary:
     text: str
-    stop_reason: str  # "eos" | "max_tokens" | "context" | "stopped"
+    # "eos" | "max_tokens" | "context" | "stopped"; a served request's also "stop" (one of
+    # its stop strings) | "cancelled" (its client left)
+    stop_reason: str
     n_prompt: int
     n_generated: int
     num_drafts: int
@@ -327,9 +332,20 @@ class HealthEvent:
     event: str = "health"
 
 
+@dataclass(slots=True)
+class QueueEvent:
+    """A server's requests (`specdash serve`), by title: the one running, those waiting in
+    the order they will run. Sent whenever either changes."""
+
+    running: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    t: float = 0.0
+    event: str = "queue"
+
+
 Event = Union[
     SettingsEvent, StatusEvent, PromptEvent, PrefillEvent, StepEvent, CountersEvent,
-    NoticeEvent, Summary, TelemetryEvent, ServerEvent, ReplayEvent, HealthEvent,
+    NoticeEvent, Summary, TelemetryEvent, ServerEvent, ReplayEvent, HealthEvent, QueueEvent,
 ]
 EVENT_TYPES: dict[str, type] = {
     cls.__dataclass_fields__["event"].default: cls
@@ -649,7 +665,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
 __all__ = [
     "SCHEMA", "ContractError", "Event", "Command", "EVENT_TYPES",
     "SettingsEvent", "StatusEvent", "PromptEvent", "PrefillEvent", "StepEvent", "CountersEvent",
-    "NoticeEvent", "Summary", "TelemetryEvent", "ServerEvent", "ReplayEvent", "HealthEvent", "HealthRule", "NumaNode", "NumaStat", "ProcessStats",
+    "NoticeEvent", "Summary", "TelemetryEvent", "ServerEvent", "ReplayEvent", "HealthEvent", "QueueEvent", "HealthRule", "NumaNode", "NumaStat", "ProcessStats",
     "SetK", "SetDrafter", "SetSampling", "SetAdaptive", "SetExperts", "SetCut", "Pause", "Resume", "Stop",
     "Forget", "NewPrompt", "Seek", "SetSpeed", "SPEEDS", "to_dict", "from_dict", "now",
 ]

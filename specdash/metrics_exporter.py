@@ -44,10 +44,11 @@ ENGINE = "0"
 
 class MetricsExporter:
     """Serves Prometheus text on `host:port` until `close()`. `port=0` picks a free port
-    (see `.port`)."""
+    (see `.port`); `port=None` serves nothing: `specdash serve` puts `.registry` on its own
+    /metrics route."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1"):
-        if not isinstance(port, int) or not 0 <= port <= 65535:
+    def __init__(self, port: int | None, host: str = "127.0.0.1"):
+        if port is not None and (not isinstance(port, int) or not 0 <= port <= 65535):
             raise SpecdashError(f"--metrics-port {port!r}: must be a port number 1..65535")
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -77,14 +78,18 @@ class MetricsExporter:
         self._labels_seen: set[str] = set()
         self._counted = False
         self._touch(self._model)
+        self.host = host
+        self._closed = False
+        self._server: Any = None
+        if port is None:
+            self.port = 0
+            return
         try:
             self._server, self._thread = start_http_server(port, addr=host, registry=r)
         except OSError as exc:
             raise SpecdashError(f"--metrics-port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
                                 f"pick a free port") from None
-        self.host = host
-        self.port: int = self._server.server_address[1]
-        self._closed = False
+        self.port = self._server.server_address[1]
 
     @property
     def url(self) -> str:
@@ -132,6 +137,9 @@ class MetricsExporter:
                     self._running.labels(*lv).set(0)
             elif isinstance(event, E.SettingsEvent):
                 self._settings(event)
+            elif isinstance(event, E.QueueEvent):  # a server's: the counts are exact
+                self._running.labels(*lv).set(len(event.running))
+                self._waiting.labels(*lv).set(len(event.waiting))
             elif isinstance(event, E.HealthEvent):
                 for rule in event.rules:
                     if rule.name in self._health:
@@ -181,11 +189,14 @@ class MetricsExporter:
         if self._closed:
             return
         self._closed = True
+        if self._server is None:
+            return
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=2.0)
 
 
 def _finish_reason(stop_reason: str) -> str:
-    """vLLM's finished_reason values: stop | length | abort."""
-    return {"eos": "stop", "max_tokens": "length", "context": "length"}.get(stop_reason, "abort")
+    """vLLM's finished_reason values: stop | length | abort (a served request's stop string
+    is a stop; a client that left, an abort)."""
+    return {"eos": "stop", "stop": "stop", "max_tokens": "length", "context": "length"}.get(stop_reason, "abort")

@@ -23,7 +23,7 @@ from specdash.engine.drafters.draft_model import DraftModelDrafter
 from specdash.engine.drafters.mtp import MtpDrafter, MtpUnavailable, unavailable_reason
 from specdash.engine.drafters.suffix import SuffixDrafter
 from specdash.engine.drafters.translated import TranslatedDrafter
-from specdash.engine.engine import Engine, TargetReloadError
+from specdash.engine.engine import Engine, RunOptions, TargetReloadError
 from specdash.engine.experts import expert_info, expert_key
 from specdash.engine.llm import LLM
 from specdash.engine.settings import EngineSettings
@@ -34,6 +34,7 @@ from specdash.models.fetch import FetchProgress
 from specdash.models.mtp_info import MtpHead, mtp_head
 from specdash.models.registry import DEFAULT_DRAFT, known_names, model_path
 from specdash.models.resolve import resolve_model
+from specdash.sources.embedded import Served
 
 Progress = Callable[[str, float | None], None]
 
@@ -319,6 +320,37 @@ class Session:
     def run(self, prompt: str, max_tokens: int | None = None) -> Iterator[Event]:
         tokens = self.prompt_tokens(prompt)
         yield from self.engine.generate(tokens, max_tokens or self.settings.max_tokens)
+
+    def run_request(self, req: Served) -> Iterator[Event]:
+        """A server's request: its tokens, with its own settings on top of the live ones,
+        rows it shares with the previous request kept (a chat's next turn)."""
+        target = self.engine.target
+        options = RunOptions(overrides=req.overrides, seed=req.seed, stop_when=req.stop_reason, reuse_rows=True,
+                             drafter=self.request_drafter(req.drafter) if req.drafter else None)
+        yield from self.engine.generate(req.tokens, req.max_tokens or target.n_ctx - len(req.tokens), options)
+
+    def request_drafter(self, kind: str) -> str:
+        """The drafter spec a request's `speculative.types` asks for (protocol.SPEC_TYPES's
+        values): `draft` is the draft model this session has loaded."""
+        if kind != "draft":
+            return kind
+        if self._chain_model in self._draft_models:
+            return self._chain_model
+        return next(iter(self._draft_models))
+
+    def drafter_unavailable(self, kind: str) -> str | None:
+        """Why a request may not draft with `kind` now (one line), or None. Never loads a
+        model: a request waits behind others, and a load would stall them all."""
+        if kind == "draft" and not self._draft_models:
+            return "no draft model is loaded in this server (start it with --draft MODEL)"
+        if kind == "mtp":
+            return self.mtp_unavailable()
+        return None
+
+    def warm_up(self, text: str) -> Iterator[Event]:
+        """Time adaptive K's batch costs now, on `text` (a server does it before it says it
+        is ready); the notices that say so."""
+        yield from self.engine.warm_up(self.prompt_tokens(text))
 
     def send(self, cmd: Command) -> None:
         self.engine.send(cmd)

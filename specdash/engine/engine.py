@@ -13,8 +13,9 @@ from __future__ import annotations
 import codecs
 import queue
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +45,23 @@ class TargetReloadError(SpecdashError):
         self.target = target
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """One request's own settings (a server's client: specdash/serve). Its fields win over
+    the engine's for this run only; what it leaves out follows the engine's live settings,
+    so a key pressed in the dashboard reaches the request in flight."""
+
+    overrides: Mapping[str, Any] = field(default_factory=dict)  # settings by LIMITS name
+    seed: int | None = None  # its own sampling stream
+    drafter: str | None = None  # a drafter spec for this run; the engine's comes back after
+    stop_when: Callable[[], str] | None = None  # asked before every step: a stop reason, or ""
+    # Keep every row an earlier run left that this prompt starts with, decoded ones too (a
+    # chat's next turn resends the conversation): what llama-server's prompt cache does.
+    # Rows decoded in other batch shapes may round differently: greedy output may then
+    # differ from a fresh prefill's at a near-tie, as a speculative step's may.
+    reuse_rows: bool = False
+
+
 @dataclass
 class Run:
     """One prompt's generation state between steps."""
@@ -55,7 +73,11 @@ class Run:
     counters: SpecCounters = field(default_factory=SpecCounters)
     text: list[str] = field(default_factory=list)
     calibrate: int = 0  # leading steps still to run at K=0 (a plain reference)
-    stop_reason: str = ""  # set when the run must end: eos | max_tokens | context | stopped
+    # set when the run must end: eos | max_tokens | context | stopped, or a request's own
+    # (RunOptions.stop_when): stop (a stop string) | cancelled (its client left)
+    stop_reason: str = ""
+    options: RunOptions = field(default_factory=RunOptions)
+    rng: np.random.Generator | None = None  # the request's own seed; else the engine's
     utf8: codecs.IncrementalDecoder = field(
         default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
 
@@ -315,6 +337,19 @@ class Engine:
                               f"replay ({', '.join(f'{n}: {v:.1f}' for n, v in cal.replay_ms.items())} ms); "
                               f"checkpoint {cal.save_ms:.2f} ms per drafting step", t=E.now())
 
+    def _run_settings(self, run: Run) -> EngineSettings:
+        """The settings a step of `run` uses: the engine's, with the request's own on top.
+        A request's K ceiling (speculative.n_max) also caps a fixed K and adaptive's floor."""
+        over = run.options.overrides
+        if not over:
+            return self.settings
+        s = self.settings
+        changes = dict(over)
+        if "k_max" in changes:
+            changes["k"] = min(s.k, changes["k_max"])
+            changes["k_min"] = min(s.k_min, changes["k_max"])
+        return s.replace(**changes)
+
     def _limits(self) -> rules.Limits:
         """What bounds every draft on the target's context (its rollback among them)."""
         target = self.target
@@ -340,7 +375,8 @@ class Engine:
         """Draft up to K tokens, verify them in one target batch, commit the accepted
         prefix plus one target token, roll back the rest. What does not depend on running
         the target is in step_rules, which whatif's simulated step shares."""
-        s, target, rb = self.settings, self.target, self._rollback()
+        s, target, rb = self._run_settings(run), self.target, self._rollback()
+        rng = run.rng or self.rng
         t_step = time.perf_counter()
         content = self.detector.label if self.detector is not None else ""
         limits = self._limits()
@@ -349,13 +385,13 @@ class Engine:
         # 1. Draft.
         if run.calibrate > 0:  # a plain reference step
             run.calibrate -= 1
-            draft, k, _ = propose(self.drafter, run.tokens, 0, None, content, s.sampling, self.rng)
+            draft, k, _ = propose(self.drafter, run.tokens, 0, None, content, s.sampling, rng)
             decision = "calibrating plain decoding"
         else:
             adaptive = s.adaptive and self.controller is not None
             cap = rules.k_cap(room, adaptive=adaptive, k=s.k, k_max=s.k_max)
             draft, k, decision = propose(self.drafter, run.tokens, cap, self.controller if adaptive else None,
-                                         content, s.sampling, self.rng, horizon=run.max_tokens - run.generated)
+                                         content, s.sampling, rng, horizon=run.max_tokens - run.generated)
         draft = rules.fit(draft, k, limits)
         draft_rb_ms, draft_rb_bytes = _take_draft_rollback(self.drafter)
         t_draft = time.perf_counter()
@@ -373,7 +409,7 @@ class Engine:
         else:
             probs = process_logits(logits, s.sampling)
             t_verify = time.perf_counter()
-            n_acc, nxt = verify_sampling(probs, draft.tokens, draft.probs, self.rng)
+            n_acc, nxt = verify_sampling(probs, draft.tokens, draft.probs, rng)
 
         # 3. Commit the accepted prefix and the target's own token; roll back the rest.
         if n_acc < len(draft.tokens):
@@ -425,7 +461,8 @@ class Engine:
         return ev
 
     # --- the loop -------------------------------------------------------------------
-    def generate(self, prompt: Sequence[int], max_tokens: int) -> Iterator[Event]:
+    def generate(self, prompt: Sequence[int], max_tokens: int, options: RunOptions | None = None) -> Iterator[Event]:
+        """Generate for `prompt`; `options`: a request's own settings (a server's)."""
         if len(prompt) == 0:
             raise SpecdashError("the prompt is empty")
         if len(prompt) + 1 > self.target.n_ctx:
@@ -433,6 +470,7 @@ class Engine:
                 f"the prompt is {len(prompt)} tokens but the context holds {self.target.n_ctx}; "
                 "use a shorter prompt or a larger --ctx"
             )
+        options = options or RunOptions()
         self._stop = False
         self._needs_refeed = False
         # A Stop queued before this run started was meant for the previous run; the rest
@@ -442,7 +480,29 @@ class Engine:
             yield from self._apply(cmd)
         yield self.settings_event()
         yield from self._rollback_notice()
+        own = self._lend_drafter(options.drafter)
+        try:
+            yield from self._generate(prompt, max_tokens, options)
+        finally:
+            if own is not None:  # the engine's own drafter is back for the next run
+                self.drafter.close()
+                self.drafter = own
+                if self.controller:
+                    self.controller.reset()
 
+    def _lend_drafter(self, spec: str | None) -> Drafter | None:
+        """Put a request's own drafter in for one run; the engine's, to give back (None
+        when the request drafts as the engine does)."""
+        if spec is None or spec == self.settings.draft or self._make_drafter is None:
+            return None
+        new = self._make_drafter(spec)
+        new.set_cut(self.settings.draft_p_joint)
+        own, self.drafter = self.drafter, new
+        if self.controller:
+            self.controller.reset()
+        return own
+
+    def _generate(self, prompt: Sequence[int], max_tokens: int, options: RunOptions) -> Iterator[Event]:
         target = self.target
         self.drafter.reset()
         if self.controller:
@@ -452,13 +512,14 @@ class Engine:
             self.detector.reset(target.detokenize(prompt))
         t0 = time.perf_counter()
         # The same prompt again (a sweep's next K, a bench round) reuses its rows.
-        target.prefill_prompt(prompt[:-1])
+        reused = target.prefill_prompt(prompt[:-1], any_rows=options.reuse_rows)
         self._needs_refeed = False  # a target reloaded by a pending SetExperts: just fed
         self.drafter.prefill(prompt)
         prefill_ms = (time.perf_counter() - t0) * 1e3
-        yield PrefillEvent(len(prompt) - 1, prefill_ms, t=E.now())
+        yield PrefillEvent(len(prompt) - 1, prefill_ms, reused=reused, t=E.now())
 
-        run = Run(list(prompt), len(prompt) - 1, max_tokens, calibrate=self.calibrate_steps)
+        run = Run(list(prompt), len(prompt) - 1, max_tokens, calibrate=self.calibrate_steps, options=options,
+                  rng=np.random.default_rng(options.seed) if options.seed is not None else None)
         yield from self._measure_costs(run)  # once per session, before the clock starts
         decode_start = time.perf_counter()
         while not run.stop_reason:
@@ -468,6 +529,9 @@ class Engine:
             yield from self._drain()
             if self._stop:
                 run.stop_reason = "stopped"
+                break
+            if options.stop_when is not None and (why := options.stop_when()):
+                run.stop_reason = why
                 break
             if self._needs_refeed:  # target reloaded (expert count): rebuild its KV
                 self.target.clear()
@@ -481,6 +545,16 @@ class Engine:
                 yield from self._measure_costs(run)  # adaptive switched on mid-run
             yield self.step(run)
         yield self._summary(run, prompt, prefill_ms, time.perf_counter() - decode_start)
+
+    def warm_up(self, prompt: Sequence[int]) -> Iterator[Event]:
+        """Time the target's batch costs for adaptive K now, on `prompt`'s rows, rather
+        than before a first request's first token (a server does it before /health says
+        ok). Its notices are the events; nothing when adaptive K has nothing to time."""
+        if not (self.settings.adaptive and self.controller is not None) or len(prompt) < 2:
+            return
+        self.target.prefill_prompt(prompt[:-1])
+        self._price_drafter()
+        yield from self._measure_costs(Run(list(prompt), len(prompt) - 1, 1))
 
     def _summary(self, run: Run, prompt: Sequence[int], prefill_ms: float, decode_s: float) -> Summary:
         run.text.append(run.utf8.decode(b"", final=True))

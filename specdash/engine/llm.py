@@ -183,19 +183,28 @@ class LLM:
 
     def chat_prompt(self, user_text: str) -> str:
         """Wrap a user message in the model's own chat template (GGUF metadata)."""
+        return self.chat_text([("user", user_text)])
+
+    def chat_text(self, messages: Sequence[tuple[str, str]]) -> str:
+        """A conversation, (role, content) in order, in the model's own chat template (GGUF
+        metadata), ready for the assistant's turn."""
         tmpl = ll.llama_model_chat_template(self.model, None)
         if not tmpl:
             raise SpecdashError(
                 f"{self.path.name}: the model has no chat template in its GGUF metadata; use --raw"
             )
-        msgs = (ll.llama_chat_message * 1)()
-        msgs[0].role, msgs[0].content = b"user", user_text.encode("utf-8")
-        size = len(user_text.encode()) * 2 + 1024
+        msgs = (ll.llama_chat_message * len(messages))()
+        keep = []  # the encoded strings must outlive the call
+        for i, (role, content) in enumerate(messages):
+            r, c = role.encode("utf-8"), content.encode("utf-8")
+            keep += [r, c]
+            msgs[i].role, msgs[i].content = r, c
+        size = sum(len(x) for x in keep) * 2 + 1024
         buf = ctypes.create_string_buffer(size)
-        n = ll.llama_chat_apply_template(tmpl, msgs, 1, True, buf, size)
+        n = ll.llama_chat_apply_template(tmpl, msgs, len(messages), True, buf, size)
         if n > size:
             buf = ctypes.create_string_buffer(n)
-            n = ll.llama_chat_apply_template(tmpl, msgs, 1, True, buf, n)
+            n = ll.llama_chat_apply_template(tmpl, msgs, len(messages), True, buf, n)
         if n < 0:
             raise SpecdashError(
                 f"{self.path.name}: llama.cpp does not support this model's chat template; use --raw"
@@ -251,7 +260,7 @@ class LLM:
         for i in range(0, len(tokens), self.n_batch):
             self.decode(tokens[i : i + self.n_batch], start_pos + i, logits=None)
 
-    def prefill_prompt(self, tokens: Sequence[int]) -> int:
+    def prefill_prompt(self, tokens: Sequence[int], any_rows: bool = False) -> int:
         """Bring the memory to exactly `tokens` from position 0, like clear() + prefill(),
         reusing what an earlier prefill_prompt left: the same prompt again (a sweep, a
         bench round, the next K of a test) costs no prefill. Returns the tokens reused.
@@ -260,9 +269,19 @@ class LLM:
         computes a chunk of n_batch tokens in one batch, so rows are kept whole chunks at
         a time (or all of them for the very same prompt). A row written any other way (a
         decode after the prompt) is never reused. Recurrent state cannot be cut back to a
-        prefix, so a recurrent or hybrid model always prefills afresh."""
+        prefix, so a recurrent or hybrid model always prefills afresh.
+
+        any_rows: keep every row `tokens` starts with, decoded ones too (a chat's next turn:
+        engine.RunOptions.reuse_rows), as llama-server's prompt cache does."""
         keep = 0
-        if self.strategy.kind == "kv":
+        if self.strategy.kind == "kv" and any_rows:
+            common = 0
+            for a, b in zip(self._rows, tokens):
+                if a != b:
+                    break
+                common += 1
+            keep = common
+        elif self.strategy.kind == "kv":
             done = self._rows[: self._prefilled]
             common = 0
             for a, b in zip(done, tokens):
@@ -276,7 +295,9 @@ class LLM:
         else:
             self.clear()
         self.prefill(tokens[keep:], keep)
-        self._prefilled = len(tokens)
+        if not (any_rows and keep):
+            # Rows after kept decoded ones are no fresh prefill's: never reused by chunks.
+            self._prefilled = len(tokens)
         return keep
 
     def kv_truncate(self, n_keep: int) -> None:

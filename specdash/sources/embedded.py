@@ -19,7 +19,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from specdash import events as E
 from specdash.engine import supports as engine_supports
@@ -36,10 +36,44 @@ Progress = Callable[[str, float | None], None]
 SUPPORTS = ("prompt", "sweep")
 
 
+class Served(Protocol):
+    """A request a server queued (specdash/serve/request.py): its tokens and its own
+    settings, and where the events of its run go. The source runs it like a typed prompt."""
+
+    @property
+    def tokens(self) -> list[int]: ...
+    @property
+    def max_tokens(self) -> int | None: ...
+    @property
+    def overrides(self) -> dict[str, Any]: ...
+    @property
+    def seed(self) -> int | None: ...
+    @property
+    def drafter(self) -> str | None: ...
+
+    def begin(self) -> bool:
+        """The engine takes it now; False: its client left while it waited (skip it)."""
+        ...
+
+    def feed(self, ev: Event) -> None:
+        """Every event of its run, in the engine thread."""
+        ...
+
+    def stop_reason(self) -> str:
+        """Asked before every step: why it must end now ("" to go on)."""
+        ...
+
+    def fail(self, message: str) -> None:
+        """The run failed or was abandoned; `message` says why."""
+        ...
+
+
 class SessionLike(Protocol):
     """What the source needs of a session (specdash.session.Session; tests pass fakes)."""
 
     def run(self, prompt: str, max_tokens: int | None = None) -> Iterator[Event]: ...
+
+    def run_request(self, req: Served) -> Iterator[Event]: ...
 
     def send(self, cmd: E.Command) -> None: ...
 
@@ -60,6 +94,7 @@ class WorkItem:
     title: str
     text: str
     max_tokens: int | None = None  # None: the settings' max_tokens
+    request: Served | None = None  # a server's request: run its tokens, feed it the events
 
 
 class ShutdownRequested(BaseException):
@@ -79,6 +114,10 @@ class PromptQueue:
     cycling forever. Between prompts the engine thread waits here, so a command sent
     while it waits pokes it awake to apply that command."""
 
+    # A server's queue (serve/queue.py): a new prompt waits its turn instead of cutting
+    # off the one running, and the source reports the queue (QueueEvent).
+    serving = False
+
     def __init__(self, workload: Iterable[WorkItem] = ()):
         self._workload = list(workload)
         self._next_workload = 0
@@ -86,6 +125,8 @@ class PromptQueue:
         self._cond = threading.Condition()
         self._closed = False
         self._poked = False
+        self.running: WorkItem | None = None  # the item being generated (set by the source)
+        self.on_change: Callable[[], None] = lambda: None  # pushed or taken (any thread)
 
     def poke(self) -> None:
         with self._cond:
@@ -99,6 +140,18 @@ class PromptQueue:
             # dashboard waits for the next one instead of drifting back to canned prompts.
             self._workload = []
             self._cond.notify_all()
+        self.on_change()
+
+    def requeue(self, item: WorkItem) -> None:
+        """Put an item taken but not run back at the head (a source closing as it took it)."""
+        with self._cond:
+            self._typed.appendleft(item)
+            self._cond.notify_all()
+
+    def waiting(self) -> list[WorkItem]:
+        """The typed items (a server's requests) that wait, in the order they will run."""
+        with self._cond:
+            return list(self._typed)
 
     def close(self) -> None:
         with self._cond:
@@ -147,12 +200,14 @@ class EmbeddedSource:
         {*engine_supports.ALWAYS, *(n for n in engine_supports.WHEN_ABLE if n != "experts"), *SUPPORTS})
 
     def __init__(self, make_session: SessionFactory, settings: EngineSettings, prompts: PromptQueue,
-                 *, on_session: Callable[[SessionLike], None] | None = None,
+                 *, on_session: Callable[[SessionLike], Iterable[Event] | None] | None = None,
                  clock: Callable[[], float] = E.now, health: HealthThresholds | None = None):
         self._make_session = make_session
         self._settings = settings
         self.label = settings.target
         self.prompts = prompts
+        # Called in the engine thread once the session is up; the events it yields are
+        # emitted (a server's warm-up: adaptive K's costs timed before it says ready).
         self._on_session = on_session or (lambda session: None)
         self._emit: Callable[[Event], None] = lambda ev: None
         self.session: SessionLike | None = None
@@ -177,8 +232,18 @@ class EmbeddedSource:
                 ev = dataclasses.replace(ev, supports=sorted({*ev.supports, *SUPPORTS}))
             emit(ev)
 
-        # Every event is also judged by the health rules (specdash/health.py), in this thread.
-        self._emit = monitored(relay, self._health)
+        # Every event is also judged by the health rules (specdash/health.py). A server's
+        # queue changes in its HTTP thread too: one lock keeps the rules' fold in order.
+        judged, lock = monitored(relay, self._health), threading.Lock()
+
+        def emit_locked(ev: Event) -> None:
+            with lock:
+                judged(ev)
+
+        self._emit = emit_locked
+        if self.prompts.serving:
+            self.prompts.on_change = self._queue_changed
+            self._queue_changed()  # the dashboard shows an empty queue from the start
         self.thread = threading.Thread(target=self._body, name="specdash-engine", daemon=True)
         self.thread.start()
 
@@ -220,8 +285,11 @@ class EmbeddedSource:
         return self.thread.native_id if self.thread is not None else None
 
     def new_prompt(self, item: WorkItem) -> None:
-        """Queue `item`; a prompt being generated is abandoned so this one starts now."""
+        """Queue `item`; a prompt being generated is abandoned so this one starts now (but
+        on a server, where it waits its turn behind the requests)."""
         self.prompts.push(item)
+        if self.prompts.serving:
+            return
         self._abort_run.set()
         with self._lock:
             blocked, session = self._running and self._paused, self.session
@@ -241,7 +309,8 @@ class EmbeddedSource:
                 for cmd in self._pending:
                     session.send(cmd)
                 self._pending = []
-            self._on_session(session)
+            for ev in self._on_session(session) or ():
+                self._emit(ev)
             self._emit(E.StatusEvent("ready", t=E.now()))
             try:
                 self._loop(session)
@@ -265,10 +334,14 @@ class EmbeddedSource:
         idle_said = False
         while not self._shutdown.is_set():
             if self.prompts.would_block() and not idle_said:
-                self._emit(E.StatusEvent("idle", "Done. Press n for a new prompt.", t=E.now()))
+                said = "Waiting for requests (n queues one here)." if self.prompts.serving else \
+                    "Done. Press n for a new prompt."
+                self._emit(E.StatusEvent("idle", said, t=E.now()))
                 idle_said = True
             item = self.prompts.next()
             if item is None or self._shutdown.is_set():
+                if isinstance(item, WorkItem) and self.prompts.serving:
+                    self.prompts.requeue(item)  # the next source runs it (a server's restart)
                 return
             if isinstance(item, Commands):
                 # Settings changed between prompts show now, not when the next one starts.
@@ -279,24 +352,56 @@ class EmbeddedSource:
                     self._emit(ev)
                 continue
             idle_said = False
-            self._abort_run.clear()
-            self._emit(E.PromptEvent(item.title, item.text, t=E.now()))
+            self._run_item(session, item)
+
+    def _run_item(self, session: SessionLike, item: WorkItem) -> None:
+        request = item.request
+        if request is not None and not request.begin():
+            self._queue_changed()  # its client left while it waited
+            return
+        self._abort_run.clear()
+        self.prompts.running = item
+        self._queue_changed()
+        self._emit(E.PromptEvent(item.title, item.text, t=E.now()))
+        with self._lock:
+            self._running = True
+        events = session.run(item.text, item.max_tokens) if request is None else session.run_request(request)
+        try:
+            for ev in events:
+                if isinstance(ev, E.SettingsEvent):
+                    with self._lock:
+                        self._paused = ev.paused
+                self._emit(ev)
+                if request is not None:
+                    request.feed(ev)
+                # A new prompt abandons a typed one; a served request ends only by its own
+                # stop (or its client leaving), or when the source closes.
+                if self._abort_run.is_set() and (request is None or self._shutdown.is_set()):
+                    break  # closing the generator ends the run after this step
+        except SpecdashError as exc:
+            if request is None:
+                raise
+            # One request's failure is its own (a drafter it asked for would not build):
+            # it is answered with the reason and the server goes on.
+            request.fail(str(exc))
+            self._emit(E.NoticeEvent("warning", f"{item.title} failed: {exc}", t=E.now()))
+        finally:
+            if isinstance(events, Generator):  # run its cleanup now, not at GC
+                events.close()
+            if request is not None:
+                request.fail("the engine stopped before this request finished")  # no-op once done
             with self._lock:
-                self._running = True
-            events = session.run(item.text, item.max_tokens)
-            try:
-                for ev in events:
-                    if isinstance(ev, E.SettingsEvent):
-                        with self._lock:
-                            self._paused = ev.paused
-                    self._emit(ev)
-                    if self._abort_run.is_set():
-                        break  # closing the generator ends the run after this step
-            finally:
-                if isinstance(events, Generator):  # run its cleanup now, not at GC
-                    events.close()
-                with self._lock:
-                    self._running = False
+                self._running = False
+            self.prompts.running = None
+            self._queue_changed()
+
+    def _queue_changed(self) -> None:
+        """A server's queue, as the dashboard and the exporter show it."""
+        if not self.prompts.serving:
+            return
+        running = self.prompts.running
+        self._emit(E.QueueEvent(running=[running.title] if running is not None else [],
+                                waiting=[w.title for w in self.prompts.waiting()], t=E.now()))
 
     def _progress(self, message: str, fraction: float | None) -> None:
         if self._shutdown.is_set():

@@ -23,6 +23,7 @@ from specdash.events import (
     NoticeEvent,
     PrefillEvent,
     PromptEvent,
+    QueueEvent,
     ReplayEvent,
     ServerEvent,
     SettingsEvent,
@@ -65,6 +66,7 @@ class DashState:
     replay: ReplayEvent | None = None  # where a replay stands
     health: HealthEvent | None = None  # the source's speculation health (specdash/health.py)
     requests: RequestLog = field(default_factory=RequestLog)  # one row per finished request
+    queue: QueueEvent | None = None  # a server's requests, running and waiting (specdash serve)
     _judged: str = "unknown"  # the last verdict that was not "unknown" (chart markers)
     prompt_serial: int = 0  # grows with every new prompt and every rewind: the text restarts
     events: int = 0  # events folded so far
@@ -145,6 +147,8 @@ class DashState:
                         self.stats.markers.append((self.stats.decode_time, f"health: {ev.verdict}"))
             case ServerEvent():
                 self.server = ev
+            case QueueEvent():
+                self.queue = ev
             case ReplayEvent(rewind=True):
                 serial, events, source, telemetry_from = self.prompt_serial, self.events, self.source, self.telemetry_from
                 self.__init__(window=self.window)  # type: ignore[misc]  # start over: the replay re-sends what led here

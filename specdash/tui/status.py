@@ -103,6 +103,8 @@ def status_parts(state: DashState, fallback: tuple[str, str], width: int) -> tup
     }
     give_way = [k for k in optional if optional[k]]
 
+    queue = state.queue  # serving: requests running and waiting, kept at every width
+
     def numbers(compact: bool) -> list[str]:
         out = []
         if st is not None:
@@ -115,6 +117,9 @@ def status_parts(state: DashState, fallback: tuple[str, str], width: int) -> tup
         else:
             out.append(f"{tps:.0f} tok/s" if compact and tps >= 100 else f"{tps:.1f} tok/s")
         out.append(f"acc {acc:.0%}" if acc is not None else "acc –")
+        if queue is not None:
+            run, wait = len(queue.running), len(queue.waiting)
+            out.append(f"req {run}+{wait}" if compact else f"{run} running, {wait} waiting")
         return out
 
     def full(names: tuple[int, int], n_dropped: int) -> list[str]:

@@ -126,9 +126,14 @@ class RequestsScreen(Screen[None]):
         self._shown = len(rows)
         if added and at_end:
             self.table.move_cursor(row=self._shown - 1)  # follow the newest, unless one was picked
-        self.note.update(f"{len(rows)} request{'s' if len(rows) != 1 else ''} · ↑↓ select · Esc close"
-                         if rows else "No request has finished yet: each prompt the source completes is a row "
-                                      "(in drive mode, n sends one).")
+        note = (f"{len(rows)} request{'s' if len(rows) != 1 else ''} · ↑↓ select · Esc close"
+                if rows else "No request has finished yet: each prompt the source completes is a row "
+                             "(in drive mode, n sends one).")
+        queue = self.state.queue
+        if queue is not None:  # a server's: what runs and what waits, in order
+            waiting = ", ".join(queue.waiting) if queue.waiting else "none"
+            note = f"running: {', '.join(queue.running) or 'none'} · waiting: {waiting}\n{note}"
+        self.note.update(note)
         self.show_histogram()
 
     @property

@@ -1,0 +1,179 @@
+"""`specdash serve`: the engine behind an OpenAI-compatible HTTP server, with the dashboard
+on it (or `--headless`). The server itself is specdash/serve/; this wires it to the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from typing import Any
+
+from specdash.commands.common import add_engine_arguments, load_settings, stderr_progress
+from specdash.engine.settings import LIMIT
+from specdash.errors import SpecdashError
+
+API_KEY_ENV = "SPECDASH_API_KEY"
+# An assistant's prompts (a repository map, open files, a growing chat) run to several
+# thousand tokens; 16k holds them with room to answer, and costs ~450 MB of KV for the
+# default 1.5B target (28 KB a token) plus ~200 MB for its draft. Below the Qwen2.5-Coder
+# models' own 32k.
+SERVE_CTX = 16384
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="serve the engine to OpenAI clients (chat and completions) and watch it in the dashboard",
+        description="Start the speculative engine behind an OpenAI-compatible HTTP server "
+        "(/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics, /props, /slots) and "
+        "open the dashboard on the traffic it serves: every key works on the requests being served. "
+        "Requests run one at a time, first in first out; a new one never cuts off one in flight.",
+        epilog=f"Clients: base_url http://HOST:PORT/v1 and any api_key (the key set with --api-key or "
+        f"${API_KEY_ENV} when there is one). It listens on 127.0.0.1 unless --host says otherwise; any other "
+        f"address needs an API key. Per request, llama-server's keys speculative.n_max, speculative.p_min and "
+        f"speculative.types (openai SDK: extra_body) override the server's K ceiling, cut and drafter.",
+    )
+    add_engine_arguments(p)
+    g = p.add_argument_group("server")
+    g.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other "
+                   "needs an API key)")
+    g.add_argument("--port", type=int, default=8080, metavar="N", help="port (default 8080; 0 picks a free one)")
+    g.add_argument("--api-key", metavar="KEY", help=f"require this key (Authorization: Bearer KEY) on every "
+                   f"route but /health and /metrics (default ${API_KEY_ENV})")
+    g.add_argument("--headless", action="store_true", help="no dashboard: log to stderr (a service, a box "
+                   "without a terminal); `specdash attach URL` watches and steers it")
+    g.add_argument("--record", metavar="FILE", help="record every event for `specdash replay`")
+    g.add_argument("--theme", metavar="NAME", help="dashboard colour theme (as `specdash --theme`)")
+    g.add_argument("--screenshots", metavar="DIR", help="folder for `s` screenshots")
+    p.set_defaults(func=run)
+
+
+def server_settings(args: argparse.Namespace) -> tuple[str, int, str | None]:
+    """(host, port, api key) checked: the security rule fails before any model loads."""
+    host, port = args.host, args.port
+    if not 0 <= port <= 65535:
+        raise SpecdashError(f"--port {port}: must be a port number 0..65535")
+    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+    if args.api_key is not None and not args.api_key.strip():
+        raise SpecdashError("--api-key: the key is empty")
+    if host not in LOCAL_HOSTS and not key:
+        raise SpecdashError(f"--host {host}: serving beyond this machine needs an API key "
+                            f"(--api-key KEY or ${API_KEY_ENV}); or keep the default --host 127.0.0.1")
+    return host, port, key
+
+
+def run(args: argparse.Namespace) -> int:
+    from specdash.metrics_exporter import MetricsExporter
+    from specdash.serve.http import ServerThread, make_app
+    from specdash.serve.link import EngineLink
+    from specdash.serve.queue import ServeQueue
+
+    host, port, key = server_settings(args)
+    config = load_settings(args)
+    settings = config.engine
+    if "ctx" not in vars(args) and settings.ctx == LIMIT["ctx"].default:
+        settings = settings.replace(ctx=SERVE_CTX)
+    queue = ServeQueue()
+    exporter = MetricsExporter(None)
+    sources: list[Any] = []
+
+    def send(cmd: Any) -> None:
+        if not sources:
+            raise SpecdashError("the engine is not running")
+        sources[-1].send(cmd)
+
+    link = EngineLink(queue, exporter, settings.ctx, send=send, aliases=(settings.target,))
+    server = ServerThread(make_app(link, key), host, port)
+    server.start()  # before any model loads: a taken port is one line at once
+    print(f"specdash serve: listening on {server.url} (OpenAI API at {server.url}/v1); "
+          f"loading {settings.target}", file=sys.stderr, flush=True)
+    try:
+        if args.headless:
+            code = _headless(args, config, settings, queue, link, sources)
+        else:
+            code = _dashboard(args, config, settings, queue, link, sources, server.url)
+    finally:
+        running, waiting = queue.cancel_all()
+        server.stop()
+        link.close()
+        print(f"specdash serve: stopped after {link.served} requests; cancelled {waiting + running} "
+              f"({running} running, {waiting} waiting)", file=sys.stderr, flush=True)
+    return code
+
+
+def _session_factory() -> Any:
+    from specdash.session import Session
+
+    def make_session(settings: Any, progress: Any) -> Session:
+        return Session(settings, progress=progress)
+
+    return make_session
+
+
+def _headless(args: argparse.Namespace, config: Any, settings: Any, queue: Any, link: Any, sources: list[Any]) -> int:
+    from specdash.serve.log import EventLog
+    from specdash.sources.embedded import EmbeddedSource
+
+    log = EventLog(sys.stderr, stderr_progress())
+    listeners = [link.feed, log.feed]
+    if args.record:
+        from specdash.recording import Recorder
+
+        recorder = Recorder(args.record, extra={"command": "serve"})
+        listeners.append(recorder)
+    source = EmbeddedSource(_session_factory(), settings, queue, on_session=link.on_session, health=config.health)
+    sources.append(source)
+    done = threading.Event()
+
+    def emit(ev: Any) -> None:
+        for listener in listeners:
+            listener(ev)
+
+    source.start(emit)
+    try:
+        while not source.finished.wait(0.5):
+            pass
+        return 1 if source.error is not None else 0
+    except KeyboardInterrupt:
+        print("specdash serve: interrupted", file=sys.stderr, flush=True)
+        return 0
+    finally:
+        done.set()
+        source.close()
+        if args.record:
+            recorder.close()
+
+
+def _dashboard(args: argparse.Namespace, config: Any, settings: Any, queue: Any, link: Any,
+               sources: list[Any], url: str) -> int:
+    from specdash.commands.dashboard import QUIT_GRACE_S, attach_outputs
+    from specdash.config import find_config_path
+    from specdash.sources.embedded import EmbeddedSource
+    from specdash.tui.app import DashboardOptions, SpecdashApp
+    from specdash.tui.terminal import run_app
+
+    options = DashboardOptions(
+        settings=settings, prompt=None, workload=[], theme=args.theme or config.ui.theme,
+        refresh=config.ui.refresh, screenshots_dir=args.screenshots or config.ui.screenshots_dir,
+        config_path=find_config_path(getattr(args, "config", None)), model_dirs=tuple(config.ui.model_dirs),
+        health=config.health, serving=url,
+    )
+    make_session = _session_factory()
+
+    def source(launched: Any, prompts: Any) -> EmbeddedSource:
+        made = EmbeddedSource(make_session, launched or settings, queue.adopt(prompts), on_session=link.on_session,
+                              health=config.health)
+        sources.append(made)
+        return made
+
+    app = SpecdashApp(options, source_factory=source)
+    app.add_listener(link.feed)
+    attach_outputs(app, args, config.ui.record_dir)
+    sys.setswitchinterval(0.0005)  # as the dashboard: the engine thread gets the GIL back at once
+    code = run_app(app)
+    engine = app.engine_thread
+    if engine is not None and engine.is_alive():
+        engine.join(QUIT_GRACE_S)
+    return code

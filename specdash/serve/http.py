@@ -1,0 +1,271 @@
+"""The HTTP surface: OpenAI's routes and the operators' ones, on aiohttp.
+
+aiohttp, not a home-made parser or the standard library's http.server: it streams a
+response chunk by chunk from a coroutine, tells a handler when the client has gone (the
+write fails, the transport closes), and serves thousands of idle keep-alive connections
+from one thread, while the engine keeps its own thread. It runs its own event loop in a
+thread of its own (ServerThread), so the dashboard's loop and the engine never wait on it.
+
+Routes:
+    POST /v1/chat/completions, POST /v1/completions   OpenAI's, streamed (SSE) or not
+    GET  /v1/models, GET /health                      OpenAI's list; ok once calibrated
+    GET  /metrics                                     the exporter's registry (Prometheus)
+    GET  /props, GET /slots                           llama-server's shapes, for its tools
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from specdash.errors import SpecdashError
+from specdash.serve.link import EngineLink
+from specdash.serve.protocol import BadRequest, chunk, parse_chat, parse_completion, response, usage_chunk
+from specdash.serve.request import Done, Failed, ServedRequest, Text
+
+KEEPALIVE_S = 5.0  # an SSE comment while a streamed request waits in the queue
+POLL_S = 0.25  # how often a non-streamed request checks that its client is still there
+# Routes anyone may read: what a load balancer or Prometheus polls (llama-server's rule).
+PUBLIC = {"/health", "/metrics"}
+# Routes that change what the engine does, beyond one request: only with the key, or
+# from this machine when there is none.
+STEERING = {"/v1/specdash/command"}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error(exc: BadRequest) -> web.Response:
+    return web.json_response(exc.body(), status=exc.status)
+
+
+def make_app(link: EngineLink, api_key: str | None) -> web.Application:
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        """The API key rule and OpenAI-style errors for every route."""
+        try:
+            if api_key and request.path not in PUBLIC:
+                given = request.headers.get("Authorization", "")
+                token = given[7:] if given.startswith("Bearer ") else request.headers.get("X-Api-Key", "")
+                if not hmac.compare_digest(token.encode(), api_key.encode()):
+                    raise BadRequest("a valid API key is needed: send 'Authorization: Bearer KEY'",
+                                     status=401, kind="authentication_error")
+            elif request.path in STEERING and request.remote not in ("127.0.0.1", "::1"):
+                raise BadRequest("steering needs an API key unless it comes from 127.0.0.1",
+                                 status=403, kind="permission_error")
+            return await handler(request)
+        except BadRequest as exc:
+            return _error(exc)
+        except web.HTTPException as exc:
+            if exc.status >= 400 and exc.content_type != "application/json":
+                bad = BadRequest(f"{request.method} {request.path}: {exc.reason}", status=exc.status,
+                                 kind="not_found_error" if exc.status == 404 else "invalid_request_error")
+                return _error(bad)
+            raise
+
+    app = web.Application(middlewares=[guard])
+    app["link"] = link
+
+    async def body_of(request: web.Request) -> Any:
+        try:
+            return json.loads(await request.read())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BadRequest(f"the request body is not valid JSON ({exc})") from None
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        return await _generate(request, parse_completion(await body_of(request)))
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        return await _generate(request, parse_chat(await body_of(request)))
+
+    async def _generate(request: web.Request, ask: Any) -> web.StreamResponse:
+        if not link.ready:
+            raise BadRequest(f"the model is {link.status}; try again when /health says ok",
+                             status=503, kind="unavailable_error")
+        link.check_model(ask)
+        ask.model = ask.model or link.model_id  # responses name the model served
+        tokens = link.tokens_for(ask)  # BadRequest: too long for the context, an unknown drafter
+        req = ServedRequest(ask, tokens, asyncio.get_running_loop(), client=request.remote or "")
+        link.submit(req)
+        try:
+            if ask.stream:
+                return await _stream(request, req)
+            return await _whole(request, req)
+        finally:
+            if req.state in ("waiting", "running"):
+                req.cancel()  # the client left (or the handler failed): free the engine
+
+    async def _whole(request: web.Request, req: ServedRequest) -> web.StreamResponse:
+        text: list[str] = []
+        while True:
+            try:
+                update = await asyncio.wait_for(req.updates.get(), POLL_S)
+            except asyncio.TimeoutError:
+                if request.transport is None or request.transport.is_closing():
+                    req.cancel()
+                    return web.Response(status=499)
+                continue
+            if isinstance(update, Text):
+                text.append(update.text)
+            elif isinstance(update, Done):
+                return web.json_response(response(req.ask, _rid(req), update.text, update.outcome, update.tokens))
+            elif isinstance(update, Failed):
+                raise BadRequest(update.message, status=500, kind="server_error")
+
+    async def _stream(request: web.Request, req: ServedRequest) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        ask, rid, created, first = req.ask, _rid(req), int(time.time()), True
+
+        async def send(obj: dict[str, Any] | str) -> None:
+            data = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)
+            await resp.write(f"data: {data}\n\n".encode())
+
+        try:
+            while True:
+                try:
+                    update = await asyncio.wait_for(req.updates.get(), KEEPALIVE_S)
+                except asyncio.TimeoutError:
+                    await resp.write(b": keep-alive\n\n")  # also finds a client that left
+                    continue
+                if isinstance(update, Text):
+                    await send(chunk(ask, rid, created, update.text, first=first))
+                    first = False
+                elif isinstance(update, Done):
+                    if first and ask.kind == "chat":
+                        await send(chunk(ask, rid, created, None, first=True))
+                    await send(chunk(ask, rid, created, None if ask.kind == "chat" else "",
+                                     update.outcome.finish_reason))
+                    if ask.include_usage:
+                        await send(usage_chunk(ask, rid, created, update.outcome))
+                    await send("[DONE]")
+                    break
+                elif isinstance(update, Failed):
+                    await send({"error": {"message": update.message, "type": "server_error",
+                                          "param": None, "code": None}})
+                    await send("[DONE]")
+                    break
+        except ConnectionError:  # the client left: the engine stops within a step
+            req.cancel()
+        except asyncio.CancelledError:
+            req.cancel()
+            raise
+        return resp
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": link.model_id, "object": "model", "created": int(link.started), "owned_by": "specdash",
+             "meta": link.model_meta()}]})
+
+    async def health(request: web.Request) -> web.Response:
+        if link.ready:
+            return web.json_response({"status": "ok"})
+        return web.json_response({"status": link.status, "error": {"message": f"the model is {link.status}",
+                                                                    "type": "unavailable_error", "code": 503}},
+                                 status=503)
+
+    async def metrics(request: web.Request) -> web.Response:
+        body, content_type = link.metrics()
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def props(request: web.Request) -> web.Response:
+        return web.json_response(link.props())
+
+    async def slots(request: web.Request) -> web.Response:
+        return web.json_response(link.slots())
+
+    async def command(request: web.Request) -> web.Response:
+        body = await body_of(request)
+        if not isinstance(body, dict) or not isinstance(body.get("command"), str):
+            raise BadRequest("send {\"command\": \"k=4\"} (the syntax of `run --at`)", "command")
+        try:
+            said = link.command(body["command"])
+        except SpecdashError as exc:
+            raise BadRequest(str(exc), "command") from None
+        return web.json_response({"sent": said})
+
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_post("/chat/completions", chat)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/completions", completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/props", props)
+    app.router.add_get("/slots", slots)
+    app.router.add_post("/v1/specdash/command", command)
+    return app
+
+
+def _rid(req: ServedRequest) -> str:
+    return f"{'chatcmpl' if req.ask.kind == 'chat' else 'cmpl'}-specdash-{req.id}"
+
+
+class ServerThread:
+    """The aiohttp app on host:port in a thread with its own event loop. `start` returns
+    once it listens, or raises a one-line SpecdashError (the port is taken, ...)."""
+
+    def __init__(self, app: web.Application, host: str, port: int):
+        self.app, self.host, self.port = app, host, port
+        self.loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self._thread = threading.Thread(target=self._run, name="specdash-http", daemon=True)
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+        self._started.wait()
+        if self._error is not None:
+            raise SpecdashError(f"--port {self.port}: cannot listen on {self.host}:{self.port} "
+                                f"({getattr(self._error, 'strerror', None) or self._error}); pick a free port")
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._listen())
+        except BaseException as exc:  # reported by start()
+            self._error = exc
+            self._started.set()
+            return
+        self._started.set()
+        self.loop.run_forever()
+
+    async def _listen(self) -> None:
+        # handler_cancellation: a non-streamed request whose client leaves is cancelled
+        # (then `_generate`'s finally frees the engine) instead of decoding for nobody.
+        self._runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def stop(self, timeout: float = 3.0) -> None:
+        if not self._thread.is_alive():
+            return
+
+        async def cleanup() -> None:
+            if self._runner is not None:
+                await self._runner.cleanup()
+
+        try:
+            asyncio.run_coroutine_threadsafe(cleanup(), self.loop).result(timeout)
+        except Exception:  # leaving anyway: the process is ending
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout)

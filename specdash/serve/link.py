@@ -1,0 +1,166 @@
+"""What the HTTP side knows of the engine: readiness, the tokenizer, the queue, metrics.
+
+The HTTP thread never touches the engine's models. It tokenizes with a vocabulary-only
+copy of the target (loaded once the session is up: it is the same file), so a prompt too
+long for the context is a 400 before it queues, and it hands requests to the serve queue.
+Commands it takes (steering) go through the source's `send`, the dashboard's own path.
+Every event the source emits passes `feed`, which keeps the status, the exporter and
+the rows of /slots.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from specdash import events as E
+from specdash.commands_registry import parse_command
+from specdash.events import ContractError
+from specdash.engine.llm import LLM
+from specdash.errors import SpecdashError
+from specdash.metrics_exporter import MetricsExporter
+from specdash.serve.protocol import Ask, BadRequest
+from specdash.serve.queue import ServeQueue
+from specdash.serve.request import ServedRequest
+
+# A short chat turn whose rows calibrate adaptive K before /health says ok.
+WARM_UP = "Write a Python function that returns the sum of a list of numbers."
+
+
+class EngineLink:
+    def __init__(self, queue: ServeQueue, exporter: MetricsExporter, n_ctx: int,
+                 send: Callable[[E.Command], None] | None = None, aliases: tuple[str, ...] = ()):
+        self.queue = queue
+        self.exporter = exporter
+        self.n_ctx = n_ctx
+        self._send = send
+        self._aliases = {a for a in aliases if a}
+        self.status = "loading"  # loading | calibrating | ok | error
+        self.model_id = next(iter(aliases), "specdash")
+        self.started = time.time()
+        self._vocab: LLM | None = None
+        self._vocab_lock = threading.Lock()  # llama.cpp's tokenizer is not documented thread-safe
+        self._drafters: Callable[[str], str | None] = lambda spec: None
+        self._settings: E.SettingsEvent | None = None
+        self._running: list[str] = []
+        self._waiting: list[str] = []
+        self.served = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "ok"
+
+    # --- the engine thread ------------------------------------------------------------------
+    def on_session(self, session: Any) -> Iterator[E.Event]:
+        """Called in the engine thread once models are loaded: open the tokenizer, then
+        calibrate adaptive K on a short turn (its notices are the events yielded)."""
+        path = Path(session.target_path)
+        with self._vocab_lock:
+            if self._vocab is not None:
+                self._vocab.close()
+            self._vocab = LLM(path, vocab_only=True)
+        self._aliases |= {path.name, path.stem}
+        self._drafters = session.drafter_unavailable
+        self.status = "calibrating"
+        yield from session.warm_up(WARM_UP)
+        self.status = "ok"
+
+    def feed(self, ev: E.Event) -> None:
+        """Every event the source emits (any thread)."""
+        self.exporter.feed(ev)
+        match ev:
+            case E.StatusEvent(state="error"):
+                self.status = "error"
+            case E.StatusEvent(state="loading") if self.status == "error":
+                self.status = "loading"  # `r`: a new source loads
+            case E.SettingsEvent():
+                self._settings = ev
+            case E.QueueEvent():
+                self._running, self._waiting = list(ev.running), list(ev.waiting)
+            case E.Summary():
+                self.served += 1
+
+    # --- the HTTP thread --------------------------------------------------------------------
+    def check_model(self, ask: Ask) -> None:
+        if ask.model and ask.model not in self._aliases and ask.model != self.model_id:
+            raise BadRequest(f"model {ask.model!r} is not served here; this server serves {self.model_id!r} "
+                             f"(GET /v1/models)", "model")
+
+    def tokens_for(self, ask: Ask) -> list[int]:
+        with self._vocab_lock:
+            vocab = self._vocab
+            if vocab is None:
+                raise BadRequest("the model is still loading", status=503, kind="unavailable_error")
+            if ask.kind == "chat":
+                try:
+                    text = vocab.chat_text(ask.messages)
+                except SpecdashError as exc:
+                    raise BadRequest(str(exc), "messages") from None
+                tokens = vocab.tokenize(text)
+            else:
+                tokens = vocab.tokenize(ask.prompt)
+        field = "messages" if ask.kind == "chat" else "prompt"
+        if len(tokens) + 1 > self.n_ctx:
+            raise BadRequest(f"'{field}' is {len(tokens)} tokens but the context holds {self.n_ctx}; "
+                             f"send less, or start the server with a larger --ctx", field)
+        if ask.speculation.drafter is not None:
+            why = self._drafters(ask.speculation.drafter)
+            if why:
+                raise BadRequest(f"'speculative.types': {why}", "speculative.types")
+        return tokens
+
+    def submit(self, request: ServedRequest) -> None:
+        self.queue.submit(request)
+
+    def metrics(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.exporter.registry), CONTENT_TYPE_LATEST
+
+    def command(self, text: str) -> str:
+        """A command in `run --at`'s syntax (k=4, draft=lookup, temp=0.7, adaptive=on),
+        sent as the dashboard sends it; what was sent."""
+        if self._send is None:
+            raise SpecdashError("this server takes no commands")
+        try:
+            cmd, pause = parse_command(text)
+        except ContractError as exc:
+            raise SpecdashError(str(exc)) from None
+        if pause:
+            raise SpecdashError(f"{text!r}: a timed pause cannot be sent over HTTP; send pause, then resume")
+        self._send(cmd)
+        return cmd.text()
+
+    # --- llama-server's shapes ---------------------------------------------------------------
+    def model_meta(self) -> dict[str, Any]:
+        return {"n_ctx": self.n_ctx, "specdash": True}
+
+    def props(self) -> dict[str, Any]:
+        s = self._settings
+        return {
+            "model_path": s.target_path if s else "",
+            "total_slots": 1,
+            "build_info": "specdash",
+            "default_generation_settings": {
+                "n_ctx": self.n_ctx,
+                "params": {"temperature": s.temperature if s else None, "top_p": s.top_p if s else None,
+                           "speculative.n_max": s.k_max if s else None, "speculative.p_min": s.draft_p_min if s else None},
+                "speculative": {"drafter": s.drafter if s else "", "k": s.k if s else None,
+                                "adaptive": s.adaptive if s else None},
+            },
+        }
+
+    def slots(self) -> list[dict[str, Any]]:
+        """One slot: the request in flight, if any (llama-server's /slots)."""
+        running = self._running[0] if self._running else ""
+        return [{"id": 0, "n_ctx": self.n_ctx, "is_processing": bool(running), "id_task": running,
+                 "queued": list(self._waiting)}]
+
+    def close(self) -> None:
+        with self._vocab_lock:
+            if self._vocab is not None:
+                self._vocab.close()
+                self._vocab = None

@@ -1,0 +1,291 @@
+"""OpenAI's request and response shapes, checked and built here (no HTTP, no engine).
+
+A request body becomes a `Ask` (what to generate and how) or a `BadRequest` that names
+the field, in OpenAI's error format. Fields a client may send that specdash does not use
+(`n` of 1, `user`, `logprobs` of false, ...) are ignored, as OpenAI's own servers ignore
+unknown ones. llama-server's per-request speculative keys (`speculative.n_max`, ...) are
+read here too, so the openai SDK can send them through `extra_body`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from specdash.limits import K_CAP
+
+MAX_STOPS = 16  # stop strings per request (OpenAI allows 4; llama-server any number)
+MAX_TOKENS_CAP = 1 << 20
+# llama-server's speculative.types names, and the specdash drafter each asks for.
+SPEC_TYPES = {"none": "none", "draft": "draft", "ngram": "lookup", "ngram_simple": "lookup",
+              "ngram_cache": "lookup", "lookup": "lookup", "suffix": "suffix", "mtp": "mtp", "auto": "auto"}
+
+
+class BadRequest(ValueError):
+    """HTTP 400 (or `status`) with OpenAI's error body naming `param`."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400,
+                 kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.message, self.param, self.status, self.kind = message, param, status, kind
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param,
+                          "code": None if self.status != 401 else "invalid_api_key"}}
+
+
+@dataclass(slots=True)
+class Speculation:
+    """What a request asked of speculation (llama-server's `speculative.*`); None: the
+    server's settings."""
+
+    n_max: int | None = None
+    n_min: int | None = None
+    p_min: float | None = None
+    drafter: str | None = None  # a specdash drafter name, from speculative.types
+
+    @property
+    def given(self) -> bool:
+        return any(v is not None for v in (self.n_max, self.n_min, self.p_min, self.drafter))
+
+
+@dataclass(slots=True)
+class Ask:
+    """One request as the engine will run it."""
+
+    kind: str  # "chat" | "completion"
+    model: str
+    prompt: str = ""  # completion: the text
+    messages: list[tuple[str, str]] = field(default_factory=list)  # chat: (role, content)
+    max_tokens: int | None = None  # None: up to the context
+    temperature: float | None = None  # None: the server's (the dashboard's `t`)
+    top_p: float | None = None
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stream: bool = False
+    include_usage: bool = False
+    echo: bool = False
+    return_tokens: bool = False  # llama-server's key: the generated token ids as well
+    speculation: Speculation = field(default_factory=Speculation)
+
+    def overrides(self) -> dict[str, Any]:
+        """The engine settings this request's own fields set (a client's fields win)."""
+        out: dict[str, Any] = {}
+        if self.temperature is not None:
+            out["temperature"] = self.temperature
+        if self.top_p is not None:
+            out["top_p"] = self.top_p
+        spec = self.speculation
+        if spec.n_max is not None:
+            out["k_max"] = spec.n_max
+        if spec.p_min is not None:
+            out["draft_p_min"] = spec.p_min
+        return out
+
+
+def _number(body: dict[str, Any], name: str, lo: float, hi: float, *, integer: bool = False) -> Any:
+    value = body.get(name)
+    if value is None:
+        return None
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok or not lo <= value <= hi:
+        kind = "an integer" if integer else "a number"
+        raise BadRequest(f"'{name}' must be {kind} {lo:g}..{hi:g}, got {value!r}", name)
+    return value
+
+
+def _seed(body: dict[str, Any]) -> int | None:
+    """OpenAI's seed is any 64-bit integer; numpy's generator takes it modulo 2**64."""
+    seed = _number(body, "seed", -(1 << 63), (1 << 64) - 1, integer=True)
+    return None if seed is None else seed % (1 << 64)
+
+
+def _stops(value: Any) -> list[str]:
+    if value is None:
+        return []
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise BadRequest("'stop' must be a string or a list of strings", "stop")
+    if len(stops) > MAX_STOPS:
+        raise BadRequest(f"'stop' has {len(stops)} strings; at most {MAX_STOPS}", "stop")
+    return [s for s in stops if s]
+
+
+def _speculation(body: dict[str, Any]) -> Speculation:
+    """llama-server's flat `speculative.n_max` keys (or a nested `speculative` object)."""
+    nested = body.get("speculative")
+    src: dict[str, Any] = {f"speculative.{k}": v for k, v in nested.items()} if isinstance(nested, dict) else {}
+    src.update({k: v for k, v in body.items() if k.startswith("speculative.")})
+    spec = Speculation(
+        n_max=_number(src, "speculative.n_max", 0, K_CAP, integer=True),
+        n_min=_number(src, "speculative.n_min", 0, K_CAP, integer=True),
+        p_min=_number(src, "speculative.p_min", 0.0, 1.0),
+    )
+    if spec.n_max is not None and spec.n_min is not None and spec.n_min > spec.n_max:
+        raise BadRequest("'speculative.n_min' is above 'speculative.n_max'", "speculative.n_min")
+    types = src.get("speculative.types")
+    if types is not None:
+        names = [types] if isinstance(types, str) else types
+        if not isinstance(names, list) or len(names) != 1 or names[0] not in SPEC_TYPES:
+            raise BadRequest(f"'speculative.types' must be one of {', '.join(SPEC_TYPES)} (one of them), "
+                             f"got {types!r}", "speculative.types")
+        spec.drafter = SPEC_TYPES[names[0]]
+    return spec
+
+
+def _common(body: Any, kind: str) -> Ask:
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    model = body.get("model", "")
+    if not isinstance(model, str):
+        raise BadRequest("'model' must be a string", "model")
+    n = body.get("n")
+    if n not in (None, 1):
+        raise BadRequest("'n' must be 1: specdash generates one choice per request", "n")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest("'stream' must be true or false", "stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise BadRequest("'stream_options' must be an object", "stream_options")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    ask = Ask(
+        kind=kind, model=model,
+        max_tokens=_number({"max_tokens": max_tokens}, "max_tokens", 1, MAX_TOKENS_CAP, integer=True),
+        temperature=_number(body, "temperature", 0.0, 2.0),
+        top_p=_number(body, "top_p", 0.0, 1.0),
+        seed=_seed(body),
+        stop=_stops(body.get("stop")),
+        stream=stream,
+        include_usage=bool(options.get("include_usage", False)),
+        return_tokens=body.get("return_tokens") is True,
+        speculation=_speculation(body),
+    )
+    if ask.top_p == 0.0:
+        raise BadRequest("'top_p' must be above 0", "top_p")
+    return ask
+
+
+def parse_completion(body: Any) -> Ask:
+    ask = _common(body, "completion")
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]  # the SDK's list form, one prompt
+    if not isinstance(prompt, str) or not prompt:
+        raise BadRequest("'prompt' must be a non-empty string (one prompt per request)", "prompt")
+    ask.prompt = prompt
+    echo = body.get("echo", False)
+    if not isinstance(echo, bool):
+        raise BadRequest("'echo' must be true or false", "echo")
+    ask.echo = echo
+    return ask
+
+
+def _content(value: Any, i: int) -> str:
+    """A message's content: a string, or OpenAI's list of text parts."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = []
+        for part in value:
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                raise BadRequest(f"'messages[{i}].content' parts must be text ({{\"type\": \"text\", \"text\": ...}})",
+                                 f"messages[{i}].content")
+            parts.append(part["text"])
+        return "".join(parts)
+    if value is None:
+        return ""
+    raise BadRequest(f"'messages[{i}].content' must be a string or a list of text parts", f"messages[{i}].content")
+
+
+def parse_chat(body: Any) -> Ask:
+    ask = _common(body, "chat")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' must be a non-empty list of {role, content}", "messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise BadRequest(f"'messages[{i}]' must be an object with a string 'role'", f"messages[{i}]")
+        role = "system" if m["role"] == "developer" else m["role"]
+        if role not in ("system", "user", "assistant", "tool"):
+            raise BadRequest(f"'messages[{i}].role' must be system, developer, user, assistant or tool, "
+                             f"got {m['role']!r}", f"messages[{i}].role")
+        ask.messages.append((role, _content(m.get("content"), i)))
+    return ask
+
+
+# --- responses ------------------------------------------------------------------------
+@dataclass(slots=True)
+class Outcome:
+    """What the engine did for one request, for `usage` and llama-server's `timings`."""
+
+    n_prompt: int = 0
+    n_generated: int = 0
+    finish_reason: str = "stop"  # stop | length
+    prefill_ms: float = 0.0
+    decode_ms: float = 0.0
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+    cached: int = 0  # prompt tokens reused from the previous request's rows
+
+    def usage(self) -> dict[str, Any]:
+        return {"prompt_tokens": self.n_prompt, "completion_tokens": self.n_generated,
+                "total_tokens": self.n_prompt + self.n_generated,
+                "prompt_tokens_details": {"cached_tokens": self.cached}}
+
+    def timings(self) -> dict[str, Any]:
+        """llama-server's per-response `timings` (tools that read it read ours)."""
+        n_eval = self.n_prompt - self.cached
+        return {
+            "cache_n": self.cached,
+            "prompt_n": n_eval, "prompt_ms": self.prefill_ms,
+            "prompt_per_token_ms": self.prefill_ms / n_eval if n_eval else 0.0,
+            "prompt_per_second": n_eval / (self.prefill_ms / 1e3) if self.prefill_ms else 0.0,
+            "predicted_n": self.n_generated, "predicted_ms": self.decode_ms,
+            "predicted_per_token_ms": self.decode_ms / self.n_generated if self.n_generated else 0.0,
+            "predicted_per_second": self.n_generated / (self.decode_ms / 1e3) if self.decode_ms else 0.0,
+            "draft_n": self.draft_n, "draft_n_accepted": self.draft_n_accepted,
+        }
+
+
+def response(ask: Ask, rid: str, text: str, out: Outcome, tokens: list[int] | None = None) -> dict[str, Any]:
+    """The whole (non-streamed) response; `tokens` with `return_tokens`."""
+    created = int(time.time())
+    if ask.kind == "chat":
+        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                  "logprobs": None, "finish_reason": out.finish_reason}
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": (ask.prompt if ask.echo else "") + text, "logprobs": None,
+                  "finish_reason": out.finish_reason}
+        obj = "text_completion"
+    body = {"id": rid, "object": obj, "created": created, "model": ask.model, "choices": [choice],
+            "usage": out.usage(), "timings": out.timings()}
+    if ask.return_tokens:
+        body["tokens"] = list(tokens or [])
+    return body
+
+
+def chunk(ask: Ask, rid: str, created: int, text: str | None, finish: str | None = None,
+          *, first: bool = False) -> dict[str, Any]:
+    """One streamed chunk: text (None: no choice delta), or the finish reason."""
+    if ask.kind == "chat":
+        delta: dict[str, Any] = {}
+        if first:
+            delta["role"] = "assistant"
+        if text is not None:
+            delta["content"] = text
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        obj = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        obj = "text_completion"
+    return {"id": rid, "object": obj, "created": created, "model": ask.model, "choices": [choice]}
+
+
+def usage_chunk(ask: Ask, rid: str, created: int, out: Outcome) -> dict[str, Any]:
+    """The last chunk under `stream_options.include_usage`: no choices, the usage."""
+    obj = "chat.completion.chunk" if ask.kind == "chat" else "text_completion"
+    return {"id": rid, "object": obj, "created": created, "model": ask.model, "choices": [],
+            "usage": out.usage(), "timings": out.timings()}

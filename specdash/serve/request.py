@@ -1,0 +1,157 @@
+"""One served request: what the engine thread runs, and how its text reaches the client.
+
+The engine thread (sources/embedded.py) runs it like a typed prompt and hands it every
+event of its run (`feed`); the request turns steps into text (stop strings held back,
+stops.StopText) and passes it to the HTTP side's asyncio queue with
+`call_soon_threadsafe`, never blocking the engine. The HTTP side marks it cancelled when
+the client leaves; the engine asks `stop_reason()` before every step, so generation ends
+within a step and the next request runs.
+
+A request is an object of its own (sampling, stop, speculative settings) so that batching
+several (a later wave) extends the scheduler rather than rewrites it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from specdash import events as E
+from specdash.serve.protocol import Ask, Outcome
+from specdash.serve.stops import StopText
+
+_ids = itertools.count(1)
+
+# What the engine's stop reasons are to a client (OpenAI's finish_reason).
+FINISH = {"eos": "stop", "stop": "stop", "max_tokens": "length", "context": "length"}
+
+
+@dataclass(slots=True)
+class Text:
+    text: str
+
+
+@dataclass(slots=True)
+class Done:
+    outcome: Outcome
+    text: str  # all the text the client was sent
+    tokens: list[int]  # every token generated (a stop string's own included)
+
+
+@dataclass(slots=True)
+class Failed:
+    message: str
+
+
+Update = Text | Done | Failed
+
+
+@dataclass(eq=False)
+class ServedRequest:
+    ask: Ask
+    tokens: list[int]
+    loop: asyncio.AbstractEventLoop
+    client: str = ""
+    cached: int = 0  # prompt tokens its prefill may reuse (set by the engine)
+    id: str = field(default_factory=lambda: f"{next(_ids)}")
+    arrived: float = field(default_factory=time.monotonic)
+    updates: asyncio.Queue[Update] = field(default_factory=asyncio.Queue)
+    state: str = "waiting"  # waiting | running | done | cancelled
+    _cancel: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self._stops = StopText(self.ask.stop)
+        self._sent: list[str] = []
+        self._tokens: list[int] = []
+        self.outcome = Outcome(n_prompt=len(self.tokens))
+
+    # --- what the engine thread reads ----------------------------------------------------
+    @property
+    def title(self) -> str:
+        who = f" from {self.client}" if self.client else ""
+        return f"{self.ask.kind} #{self.id}{who}"
+
+    @property
+    def text(self) -> str:
+        """What the generation panel shows as the prompt: the last message or the prompt."""
+        return self.ask.messages[-1][1] if self.ask.messages else self.ask.prompt
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self.ask.max_tokens
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        return self.ask.overrides()
+
+    @property
+    def seed(self) -> int | None:
+        return self.ask.seed
+
+    @property
+    def drafter(self) -> str | None:
+        return self.ask.speculation.drafter
+
+    def begin(self) -> bool:
+        """The engine takes it; False if the client left while it waited."""
+        if self._cancel.is_set():
+            self.state = "cancelled"
+            return False
+        self.state = "running"
+        return True
+
+    def stop_reason(self) -> str:
+        """Why generation must end before the next step ("" to go on)."""
+        if self._cancel.is_set():
+            return "cancelled"
+        return "stop" if self._stops.stopped else ""
+
+    def feed(self, ev: E.Event) -> None:
+        match ev:
+            case E.PrefillEvent():
+                self.outcome.prefill_ms = ev.ms
+            case E.StepEvent():
+                self._tokens.extend(ev.tokens)
+                self._send(self._stops.feed(ev.text))
+            case E.Summary():
+                self._send(self._stops.flush())
+                o = self.outcome
+                o.n_generated = ev.n_generated
+                o.finish_reason = FINISH.get(ev.stop_reason, "stop")
+                o.decode_ms = ev.decode_s * 1e3
+                o.draft_n, o.draft_n_accepted = ev.num_draft_tokens, ev.num_accepted_tokens
+                o.cached = self.cached
+                self.state = "done"
+                self._put(Done(o, "".join(self._sent), self._tokens))
+
+    def fail(self, message: str) -> None:
+        """The engine could not run it (the HTTP side answers 500 with `message`)."""
+        if self.state != "done":
+            self.state = "done"
+            self._put(Failed(message))
+
+    def _send(self, text: str) -> None:
+        if text:
+            self._sent.append(text)
+            self._put(Text(text))
+
+    def _put(self, update: Update) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.updates.put_nowait, update)
+        except RuntimeError:  # the HTTP loop is closed: the server is shutting down
+            pass
+
+    # --- the HTTP side ---------------------------------------------------------------------
+    def cancel(self) -> None:
+        """The client left: the engine stops within a step (or skips it if it waits)."""
+        self._cancel.set()
+        if self.state == "waiting":
+            self.state = "cancelled"
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()

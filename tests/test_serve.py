@@ -1,0 +1,334 @@
+"""`specdash serve`: a real server on 127.0.0.1, the real `openai` client, real decoding.
+
+One headless server on SmolLM2-135M drafting with its own Q4_0 copy at a fixed K=4 (so
+every step drafts, whatever this CPU's cost curve) is shared by the module. Greedy output
+is checked against plain greedy decoding of the same prompt tokens, token for token but
+where the target's top-two logit gap is a near-tie (the exactness tests' TIE_GAP rule);
+the server returns the ids it generated when asked (`return_tokens`, llama-server's key).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+openai = pytest.importorskip("openai")
+
+from specdash.engine.llm import LLM  # noqa: E402
+from specdash.models.registry import model_path  # noqa: E402
+
+TIE_GAP = 0.5  # logits; tests/test_engine_exact.py's
+CTX = 2048
+PROMPTS = {
+    "code": "Rewrite this function to use a list comprehension:\n\ndef squares(xs):\n    out = []\n"
+            "    for x in xs:\n        out.append(x * x)\n    return out\n",
+    "summary": "Summarise in two sentences: The quick brown fox jumps over the lazy dog. The dog, "
+               "unbothered, keeps sleeping in the afternoon sun while the fox runs into the forest.",
+    "json": "Give a JSON object with the keys name, age and city for a person called Ada, 36, from London.",
+}
+
+
+def start_server(*extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str, list[str]]:
+    """`specdash serve --headless --port 0 ...`; (process, base URL, its stderr lines so far)."""
+    cmd = [sys.executable, "-m", "specdash", "serve", "--headless", "--port", "0", "--ctx", str(CTX),
+           "--threads", "2", *extra]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            env={**os.environ, **(env or {})})
+    lines: list[str] = []
+    url = ""
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 60
+    while not url and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r"listening on (http://\S+) ", line)
+        if m:
+            url = m.group(1)
+    assert url, "".join(lines)
+
+    def drain() -> None:  # keep reading, or the child blocks on a full pipe
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+
+    threading.Thread(target=drain, daemon=True).start()
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "".join(lines)
+        try:
+            if httpx.get(url + "/health", timeout=5).status_code == 200:
+                return proc, url, lines
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("never healthy:\n" + "".join(lines))
+
+
+def stop_server(proc: subprocess.Popen) -> int:
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+
+
+@pytest.fixture(scope="module")
+def server(small_draft):
+    proc, url, lines = start_server("--target", "smollm2-135m", "--draft", str(small_draft), "--k", "4")
+    yield url, lines
+    code = stop_server(proc)
+    assert code == 0, "".join(lines)
+    assert any("stopped after" in line for line in lines), "".join(lines)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server[0] + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    llm = LLM(model_path("smollm2-135m"), vocab_only=True)
+    yield llm
+    llm.close()
+
+
+def chat_tokens(vocab, text: str) -> list[int]:
+    return vocab.tokenize(vocab.chat_text([("user", text)]))
+
+
+def assert_plain(reference, prompt: list[int], got: list[int], what: str, near_ties: list[str]) -> None:
+    """`got` is the greedy continuation of `prompt`, or differs first at a near-tie."""
+    want = reference.plain(prompt, len(got), None)
+    if got == want[: len(got)]:
+        return
+    i = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
+    pos = len(prompt) + i
+    verdict = reference.teacher_force(prompt + got, len(prompt), [pos], None)[pos]
+    assert verdict[0] == got[i] or verdict[1] < TIE_GAP, \
+        f"{what}: token {i} is {got[i]}, plain decoding's {want[i]} (top-two gap {verdict[1]:.3f})"
+    near_ties.append(f"serve {what}: token {i} (gap {verdict[1]:.3f})")
+
+
+@pytest.fixture(scope="module")
+def reference(greedy_reference):
+    return greedy_reference(model_path("smollm2-135m"), ctx=CTX)
+
+
+def test_chat_is_plain_decoding_while_every_step_drafts(client, reference, vocab, near_ties):
+    for name, text in PROMPTS.items():
+        r = client.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": text}],
+                                           temperature=0, max_tokens=40, extra_body={"return_tokens": True})
+        got = r.model_extra["tokens"]
+        assert r.choices[0].message.content == vocab.detokenize(got) or r.choices[0].finish_reason == "stop"
+        assert_plain(reference, chat_tokens(vocab, text), got, name, near_ties)
+        timings = r.model_extra["timings"]
+        assert timings["draft_n"] > 0 and 0 <= timings["draft_n_accepted"] <= timings["draft_n"], timings
+        assert r.usage.prompt_tokens == len(chat_tokens(vocab, text))
+        assert r.usage.completion_tokens == len(got)
+        assert r.choices[0].finish_reason in ("stop", "length")
+
+
+def test_streaming_matches_the_whole_response_and_reports_usage(client):
+    messages = [{"role": "user", "content": PROMPTS["code"]}]
+    whole = client.chat.completions.create(model="smollm2-135m", messages=messages, temperature=0, max_tokens=32)
+    stream = client.chat.completions.create(model="smollm2-135m", messages=messages, temperature=0, max_tokens=32,
+                                            stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == [whole.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert chunks[0].choices[0].delta.role == "assistant"
+
+
+def test_stop_strings_end_the_text_and_are_never_sent(client):
+    messages = [{"role": "user", "content": PROMPTS["code"]}]
+    full = client.chat.completions.create(model="smollm2-135m", messages=messages, temperature=0,
+                                          max_tokens=48).choices[0].message.content
+    assert len(full) > 20, full
+    stop = full[12:16]  # a piece in the middle; its first occurrence ends the text
+    cut = full[: full.find(stop)]
+    r = client.chat.completions.create(model="smollm2-135m", messages=messages, temperature=0, max_tokens=48,
+                                       stop=["never-in-the-text", stop])
+    assert r.choices[0].message.content == cut and r.choices[0].finish_reason == "stop"
+    streamed = client.chat.completions.create(model="smollm2-135m", messages=messages, temperature=0,
+                                              max_tokens=48, stop=[stop], stream=True)
+    parts = [c.choices[0].delta.content or "" for c in streamed if c.choices]
+    assert "".join(parts) == cut
+    assert all(stop not in p for p in parts)
+
+
+def test_completions_and_per_request_speculation(client, reference, vocab, near_ties):
+    prompt = "def fibonacci(n):\n    "
+    plain = client.completions.create(model="smollm2-135m", prompt=prompt, temperature=0, max_tokens=32,
+                                      extra_body={"speculative.n_max": 0, "return_tokens": True})
+    assert plain.model_extra["timings"]["draft_n"] == 0  # n_max 0: this request decodes plain
+    spec = client.completions.create(model="smollm2-135m", prompt=prompt, temperature=0, max_tokens=32,
+                                     extra_body={"speculative.types": ["ngram"], "return_tokens": True})
+    tokens = vocab.tokenize(prompt)
+    for r, what in ((plain, "n_max=0"), (spec, "types=ngram")):
+        assert_plain(reference, tokens, r.model_extra["tokens"], f"completion {what}", near_ties)
+        assert r.choices[0].text == vocab.detokenize(r.model_extra["tokens"]) or r.choices[0].finish_reason == "stop"
+    # The server's own drafter (the draft model) is back for the next request.
+    again = client.completions.create(model="smollm2-135m", prompt=prompt, temperature=0, max_tokens=8)
+    assert again.model_extra["timings"]["draft_n"] > 0
+
+
+def test_three_clients_at_once_run_in_arrival_order(client, reference, vocab, near_ties):
+    results: dict[str, tuple[float, list[int], str]] = {}
+
+    def ask(name: str) -> None:
+        stream = client.chat.completions.create(
+            model="smollm2-135m", messages=[{"role": "user", "content": PROMPTS[name]}], temperature=0,
+            max_tokens=24, stream=True, extra_body={"return_tokens": True})
+        first, text = 0.0, []
+        for c in stream:
+            if c.choices and c.choices[0].delta.content and not first:
+                first = time.monotonic()
+            if c.choices:
+                text.append(c.choices[0].delta.content or "")
+        results[name] = (first, [], "".join(text))
+
+    threads = []
+    for name in PROMPTS:  # arrivals 0.3 s apart: the first is running when the others come
+        t = threading.Thread(target=ask, args=(name,))
+        t.start()
+        threads.append(t)
+        time.sleep(0.3)
+    for t in threads:
+        t.join(120)
+    assert set(results) == set(PROMPTS)
+    order = sorted(results, key=lambda n: results[n][0])
+    assert order == list(PROMPTS), order  # first tokens in arrival order: first in, first out
+    for name, text in PROMPTS.items():
+        want = reference.plain(chat_tokens(vocab, text), 24, None)
+        got = results[name][2]
+        if got != vocab.detokenize(want)[: len(got)]:
+            # Text differs: judge it by tokens (a near-tie may flip one).
+            assert_plain(reference, chat_tokens(vocab, text), vocab.tokenize(got, add_special=False), name, near_ties)
+
+
+def _post(url: str, path: str, body: object, **kw) -> httpx.Response:
+    data = body if isinstance(body, (str, bytes)) else json.dumps(body)
+    return httpx.post(url + path, content=data, headers={"Content-Type": "application/json"}, timeout=30, **kw)
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/v1/chat/completions", "{not json", None),
+    ("/v1/chat/completions", {"messages": "hello"}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": "ten"}, "max_tokens"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "max_tokens"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "temperature": -1}, "temperature"),
+    ("/v1/chat/completions", {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, "model"),
+    ("/v1/completions", {"prompt": "word " * 3000}, "prompt"),
+    ("/v1/completions", {"prompt": "hi", "speculative.types": ["eagle"]}, "speculative.types"),
+    ("/v1/completions", {"prompt": 42}, "prompt"),
+])
+def test_bad_input_is_a_400_naming_the_field_and_the_server_goes_on(server, client, path, body, param):
+    url = server[0]
+    r = _post(url, path, body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param and error["message"], error
+    if param:
+        assert param.split(".")[0] in error["message"]
+    ok = client.completions.create(model="smollm2-135m", prompt="Hello", temperature=0, max_tokens=2)
+    assert ok.usage.completion_tokens >= 1
+
+
+def _metric(url: str, name: str, labels: str = "") -> float:
+    text = httpx.get(url + "/metrics", timeout=10).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and labels in line and not line.startswith("#"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_a_client_that_leaves_mid_stream_stops_generation(server, client):
+    url = server[0]
+    aborted = _metric(url, "specdash:request_success_total", 'finished_reason="abort"')
+    generated = _metric(url, "specdash:generation_tokens_total")
+    body = {"messages": [{"role": "user", "content": "Count from 1 to 500, one number per line."}],
+            "max_tokens": 600, "temperature": 0, "stream": True}
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as r:
+        seen = 0
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                seen += 1
+                if seen == 3:
+                    break  # leaving closes the connection
+    t0 = time.monotonic()
+    ok = client.completions.create(model="smollm2-135m", prompt="Hello", temperature=0, max_tokens=2)
+    assert ok.usage.completion_tokens >= 1
+    assert time.monotonic() - t0 < 30
+    deadline = time.monotonic() + 10
+    while _metric(url, "specdash:request_success_total", 'finished_reason="abort"') < aborted + 1:
+        assert time.monotonic() < deadline, "the abandoned request was never ended as aborted"
+        time.sleep(0.1)
+    # It stopped within a few steps of the client leaving, far short of its 600 tokens.
+    assert _metric(url, "specdash:generation_tokens_total") - generated < 300
+
+
+def test_models_health_metrics_props_and_slots(server):
+    url = server[0]
+    models = httpx.get(url + "/v1/models", timeout=10).json()
+    assert models["object"] == "list" and models["data"][0]["id"] == "smollm2-135m"
+    assert httpx.get(url + "/health", timeout=10).json() == {"status": "ok"}
+    text = httpx.get(url + "/metrics", timeout=10).text
+    for name in ("specdash:num_requests_waiting", "specdash:num_requests_running",
+                 "specdash:spec_decode_num_draft_tokens_total", "specdash:generation_tokens_total"):
+        assert name in text, name
+    props = httpx.get(url + "/props", timeout=10).json()
+    assert props["default_generation_settings"]["n_ctx"] == CTX
+    slots = httpx.get(url + "/slots", timeout=10).json()
+    assert slots[0]["id"] == 0 and slots[0]["n_ctx"] == CTX
+
+
+def test_steering_over_http_changes_k_from_this_machine(server, client):
+    url = server[0]
+    r = _post(url, "/v1/specdash/command", {"command": "k=2"})
+    assert r.status_code == 200 and r.json()["sent"] == "k=2", r.text
+    deadline = time.monotonic() + 10
+    while httpx.get(url + "/props", timeout=10).json()["default_generation_settings"]["speculative"]["k"] != 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    bad = _post(url, "/v1/specdash/command", {"command": "k=lots"})
+    assert bad.status_code == 400 and "lots" in bad.json()["error"]["message"]
+    _post(url, "/v1/specdash/command", {"command": "k=4"})
+
+
+def test_the_api_key_rule(tmp_path):
+    # Beyond 127.0.0.1 without a key: refused before any model loads, one line, exit 2.
+    r = subprocess.run([sys.executable, "-m", "specdash", "serve", "--headless", "--host", "0.0.0.0"],
+                       capture_output=True, text=True, timeout=60, env={**os.environ, "SPECDASH_API_KEY": ""})
+    assert r.returncode == 2 and "needs an API key" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    proc, url, lines = start_server("--target", "smollm2-135m", "--draft", "none", "--api-key", "sesame")
+    try:
+        assert httpx.get(url + "/health", timeout=10).status_code == 200  # public, for load balancers
+        denied = _post(url, "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+        assert denied.status_code == 401 and denied.json()["error"]["type"] == "authentication_error"
+        wrong = openai.OpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            wrong.completions.create(model="smollm2-135m", prompt="Hi", max_tokens=2)
+        right = openai.OpenAI(base_url=url + "/v1", api_key="sesame", max_retries=0)
+        assert right.completions.create(model="smollm2-135m", prompt="Hi", max_tokens=2).usage.completion_tokens >= 1
+    finally:
+        assert stop_server(proc) == 0, "".join(lines)
