@@ -332,3 +332,56 @@ def test_the_api_key_rule(tmp_path):
         assert right.completions.create(model="smollm2-135m", prompt="Hi", max_tokens=2).usage.completion_tokens >= 1
     finally:
         assert stop_server(proc) == 0, "".join(lines)
+
+
+@pytest.mark.tmux
+@pytest.mark.skipif(__import__("shutil").which("tmux") is None, reason="needs tmux")
+def test_the_dashboard_in_tmux_shows_a_streaming_client_and_plus_changes_its_k(tmp_path):
+    """As a person would: `specdash serve` in a terminal, a client streaming, `+` pressed."""
+    import shlex
+
+    from test_dashboard_tmux import EXIT, Tmux
+
+    tmux = Tmux(f"specdash-serve-{os.getpid()}")
+    import socket
+
+    with socket.socket() as s:  # a free port (Textual draws on stderr, where the URL is said)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    command = " ".join(shlex.quote(a) for a in [
+        sys.executable, "-m", "specdash", "serve", "--port", str(port), "--ctx", str(CTX), "--target", "smollm2-135m",
+        "--draft", "lookup", "--k", "2", "--threads", "1", "--screenshots", str(tmp_path)])
+    tmux("new-session", "-d", "-s", "e2e", "-x", "100", "-y", "30", f"{command}; echo {EXIT}$?; sleep 60")
+    try:
+        tmux.wait_for(lambda s: "◦ serving" in s and "0 running, 0 waiting" in s, "the server waiting", 120)
+        steps: list[dict] = []
+        body = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", "max_tokens": 500, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}}
+
+        def stream() -> None:
+            with httpx.stream("POST", url + "/v1/completions", json=body, timeout=300) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: {"):
+                        steps.append(json.loads(line[6:]))
+
+        client = threading.Thread(target=stream)
+        client.start()
+        screen = tmux.wait_for(lambda s: "▶ running" in s and "1 running" in s and "K 2 fixed" in s,
+                               "the request running on the status line", 60)
+        tmux("send-keys", "-t", "e2e", "+")
+        tmux.wait_for(lambda s: "K 3 fixed" in s, "K=3 for the request in flight", 30)
+        tmux("send-keys", "-t", "e2e", "l")
+        screen = tmux.wait_for(lambda s: "running: completion #" in s, "the requests screen shows it", 30)
+        client.join(300)
+        usage = steps[-1]["usage"]
+        screen = tmux.wait_for(lambda s: re.search(rf"completion .*\s{usage['completion_tokens']}\s", s),
+                               "its row, with the tokens the client received", 30)
+        tmux("send-keys", "-t", "e2e", "l")  # closes it (Escape then q would read as alt+q)
+        tmux.wait_for(lambda s: "Generation" in s, "the dashboard again", 30)
+        tmux("send-keys", "-t", "e2e", "q")
+        screen = tmux.wait_for(lambda s: EXIT in s, "the process exited", 30)
+        assert f"{EXIT}0" in screen, screen
+        assert "stopped after 1 requests" in screen
+    finally:
+        tmux("kill-server")

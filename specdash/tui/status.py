@@ -73,6 +73,8 @@ def status_parts(state: DashState, fallback: tuple[str, str], width: int) -> tup
     MIN_COLUMNS the compact form is returned anyway (the screen clips it)."""
     st, step = state.settings, state.stats.last_step
     label, style = STATE_LABELS.get(state.state, (state.state, "bold"))
+    if state.state == "idle" and state.queue is not None:
+        label = "◦ serving"  # a server between requests is not done: it waits for the next
     if state.replay is not None:
         r = state.replay
         label = f"{'▶' if r.playing else '⏸'} replay {r.speed:g}x {clock(r.position)}/{clock(r.duration)}"
