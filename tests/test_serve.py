@@ -142,6 +142,21 @@ def test_chat_is_plain_decoding_while_every_step_drafts(client, reference, vocab
         assert r.choices[0].finish_reason in ("stop", "length")
 
 
+def test_a_chats_next_turn_reuses_the_rows_it_shares_and_stays_plain_decoding(client, reference, vocab, near_ties):
+    messages = [{"role": "user", "content": PROMPTS["code"]}]
+    first = client.chat.completions.create(model="smollm2-135m", messages=messages, temperature=0, max_tokens=24)
+    messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                 {"role": "user", "content": "Now add a docstring."}]
+    second = client.chat.completions.create(model="smollm2-135m", messages=messages, temperature=0, max_tokens=24,
+                                            extra_body={"return_tokens": True})
+    prompt = vocab.tokenize(vocab.chat_text([(m["role"], m["content"]) for m in messages]))
+    assert second.usage.prompt_tokens == len(prompt)
+    # The first turn's prompt and answer are still in the KV cache: not prefilled again.
+    assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens
+    assert second.model_extra["timings"]["prompt_n"] == len(prompt) - second.usage.prompt_tokens_details.cached_tokens
+    assert_plain(reference, prompt, second.model_extra["tokens"], "second turn", near_ties)
+
+
 def test_streaming_matches_the_whole_response_and_reports_usage(client):
     messages = [{"role": "user", "content": PROMPTS["code"]}]
     whole = client.chat.completions.create(model="smollm2-135m", messages=messages, temperature=0, max_tokens=32)
@@ -385,3 +400,55 @@ def test_the_dashboard_in_tmux_shows_a_streaming_client_and_plus_changes_its_k(t
         assert "stopped after 1 requests" in screen
     finally:
         tmux("kill-server")
+
+
+def test_attach_reads_drives_and_steers_a_specdash_server(server, client):
+    """attach on `specdash serve`: its counters are what the clients received, drive mode
+    sends prompts over /v1/completions, and K is steered from here (127.0.0.1, no key)."""
+    import asyncio
+
+    from specdash import events as E
+    from specdash.sources.remote import RemoteSource
+    from test_requests import remote_app, rows_reach
+
+    url = server[0]
+
+    def once() -> dict:
+        r = subprocess.run([sys.executable, "-m", "specdash", "attach", url, "--once", "--json"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    before = once()
+    r = client.completions.create(model="smollm2-135m", prompt="1, 2, 3, 4, 5, 6, 7, 8,", temperature=0,
+                                  max_tokens=40)
+    after = once()
+    assert after["backend"] == "specdash" and after["model"] == "smollm2-135m"
+    assert after["num_draft_tokens"] - before["num_draft_tokens"] == r.model_extra["timings"]["draft_n"]
+    assert after["num_accepted_tokens"] - before["num_accepted_tokens"] == r.model_extra["timings"]["draft_n_accepted"]
+
+    async def body() -> None:
+        source = RemoteSource(url, interval=0.2, max_tokens=12)
+        app = remote_app(source)
+        async with app.run_test(size=(120, 36)) as pilot:
+            while app.state.settings is None or "k" not in app.state.settings.supports:
+                await pilot.pause(0.1)
+            source.send(E.NewPrompt("def add(a, b):", "driven"))
+            await rows_reach(pilot, 1)
+            row = list(app.state.requests.rows)[0]
+            assert row.title == "driven" and row.n_generated == 12
+            await pilot.press("plus")  # K 4 -> 5 on the server, from here
+            for _ in range(100):
+                if app.state.settings.k == 5:
+                    break
+                await pilot.pause(0.1)
+            assert app.state.settings.k == 5
+            assert httpx.get(url + "/props", timeout=10).json()["default_generation_settings"]["speculative"]["k"] == 5
+            await pilot.press("minus")
+            for _ in range(100):
+                if app.state.settings.k == 4:
+                    break
+                await pilot.pause(0.1)
+            assert app.state.settings.k == 4
+
+    asyncio.run(body())

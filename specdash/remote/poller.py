@@ -111,6 +111,10 @@ class ServerWatch:
     def _query(self) -> dict[str, str] | None:
         return model_query(self.router.active) if self.router else None
 
+    def reread_props(self) -> None:
+        """Read /props again at the next poll (a command changed what it says)."""
+        self._need_props = True
+
     def _read_props(self) -> None:
         props = self.client.get_json_optional("/props")
         if isinstance(props, dict) and props.get("role") == "router":

@@ -26,6 +26,8 @@ from specdash.serve.protocol import Ask, BadRequest
 from specdash.serve.queue import ServeQueue
 from specdash.serve.request import ServedRequest
 
+# What the steering route takes (attach's keys): the dashboard's own commands.
+STEERABLE = ("k", "draft", "temp", "adaptive")
 # A short chat turn whose rows calibrate adaptive K before /health says ok.
 WARM_UP = "Write a Python function that returns the sum of a list of numbers."
 
@@ -144,6 +146,8 @@ class EngineLink:
             "model_path": s.target_path if s else "",
             "total_slots": 1,
             "build_info": "specdash",
+            # What `specdash attach` reads to know it may drive and steer this server.
+            "specdash": {"serve": True, "steer": "/v1/specdash/command", "commands": list(STEERABLE)},
             "default_generation_settings": {
                 "n_ctx": self.n_ctx,
                 "params": {"temperature": s.temperature if s else None, "top_p": s.top_p if s else None,

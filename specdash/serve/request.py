@@ -56,7 +56,6 @@ class ServedRequest:
     tokens: list[int]
     loop: asyncio.AbstractEventLoop
     client: str = ""
-    cached: int = 0  # prompt tokens its prefill may reuse (set by the engine)
     id: str = field(default_factory=lambda: f"{next(_ids)}")
     arrived: float = field(default_factory=time.monotonic)
     updates: asyncio.Queue[Update] = field(default_factory=asyncio.Queue)
@@ -114,6 +113,7 @@ class ServedRequest:
         match ev:
             case E.PrefillEvent():
                 self.outcome.prefill_ms = ev.ms
+                self.outcome.cached = ev.reused
             case E.StepEvent():
                 self._tokens.extend(ev.tokens)
                 self._send(self._stops.feed(ev.text))
@@ -124,7 +124,6 @@ class ServedRequest:
                 o.finish_reason = FINISH.get(ev.stop_reason, "stop")
                 o.decode_ms = ev.decode_s * 1e3
                 o.draft_n, o.draft_n_accepted = ev.num_draft_tokens, ev.num_accepted_tokens
-                o.cached = self.cached
                 self.state = "done"
                 self._put(Done(o, "".join(self._sent), self._tokens))
 

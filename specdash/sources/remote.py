@@ -51,26 +51,31 @@ DEFAULT_MAX_TOKENS = 256
 
 READ_ONLY_VLLM = "vLLM is read-only from here: its settings are fixed when it starts"
 READ_ONLY_SPECDASH = "another specdash's --metrics-port is read-only; steer it in its own dashboard"
+SERVE_UNSTEERABLE = "a specdash server takes K, drafter, temperature and adaptive from here; the rest in its own dashboard"
 
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def supported_commands(backend: str, *, router_presets: int = 0) -> list[str]:
+def supported_commands(backend: str, *, router_presets: int = 0, steer: tuple[str, ...] = ()) -> list[str]:
     """What this kind of server takes from here, by command name (SettingsEvent.supports):
     a prompt in drive mode (not another specdash's metrics port), a preset switch on a
-    llama-server router, and stop. Everything else is refused."""
-    names = ["stop"]
-    if backend != "specdash":
+    llama-server router, what a `specdash serve` lists as steerable (`steer`), and stop.
+    Everything else is refused."""
+    names = ["stop", *steer]
+    if backend != "specdash" or steer:
         names.append("prompt")
     if backend not in ("vllm", "specdash") and router_presets >= 2:
         names.append("draft")
     return sorted(names)
 
 
-def unavailable_controls(backend: str, *, router_presets: int = 0) -> dict[str, str]:
+def unavailable_controls(backend: str, *, router_presets: int = 0, steer: tuple[str, ...] = ()) -> dict[str, str]:
     """Why this kind of server cannot do what it does not support, by command name."""
+    if steer:  # a `specdash serve`: steered over its command route
+        return {name: SERVE_UNSTEERABLE for name in ("k", "draft", "temp", "adaptive", "experts", "pause", "forget",
+                                                     "sweep") if name not in steer}
     if backend == "vllm":
         return {name: READ_ONLY_VLLM for name in ("k", "draft", "temp", "adaptive", "experts", "pause", "forget",
                                                   "sweep")}
@@ -317,10 +322,31 @@ class RemoteSource:
         if isinstance(cmd, E.SetDrafter) and not known:
             threading.Thread(target=self._switch_preset, args=(cmd,), name=f"preset {self.url}", daemon=True).start()
             return
+        if name in self._steerable():
+            threading.Thread(target=self._steer, args=(cmd,), name=f"steer {self.url}", daemon=True).start()
+            return
         reason = (self._settings.unavailable.get(name) if self._settings else None) or \
             unavailable_controls(self.watch.backend or "llamacpp").get(name) or \
             f"a remote server cannot {cmd.text()!r} from here"
         self._notice("warning", f"{cmd.text()} refused: {reason}")
+
+    def _steerable(self) -> tuple[str, ...]:
+        """The commands a `specdash serve` takes over HTTP (its /props says), else ()."""
+        own = _dict((self.watch.props or {}).get("specdash"))
+        names = own.get("commands") if self.watch.backend == "specdash" and own.get("serve") else None
+        return tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
+
+    def _steer(self, cmd: E.Command) -> None:
+        """Send `cmd` to a specdash server's command route; it applies it between steps, and
+        the next poll shows the settings it took (its /props read again)."""
+        try:
+            self.client.post_json("/v1/specdash/command", {"command": cmd.text()}, timeout=10.0)
+        except RemoteError as exc:
+            self._notice("warning", f"{cmd.text()} refused: {exc}")
+            return
+        self._notice("info", f"{cmd.text()} sent to {self.url}")
+        self.watch.reread_props()
+        self.poller.wake()
 
     def close(self) -> None:
         if self._closed.is_set():
@@ -516,8 +542,8 @@ class RemoteSource:
             max_tokens=int(n_predict) if n_predict is not None and 0 < n_predict < 2**31 else None,
             target_path=path if isinstance(path, str) and path and path != "none" else None,
             command=command, draft_path=self._draft_path(),
-            supports=supported_commands(snap.backend, router_presets=n_presets),
-            unavailable=unavailable_controls(snap.backend, router_presets=n_presets), t=now())
+            supports=supported_commands(snap.backend, router_presets=n_presets, steer=self._steerable()),
+            unavailable=unavailable_controls(snap.backend, router_presets=n_presets, steer=self._steerable()), t=now())
         self._settings = ev
         self._put(ev)
 
@@ -614,7 +640,7 @@ class RemoteSource:
 
     def _drive(self, cmd: E.NewPrompt) -> None:
         backend = self.watch.backend
-        if backend == "specdash" or not backend:
+        if (backend == "specdash" and not self._steerable()) or not backend:
             reason = unavailable_controls("specdash")["prompt"] if backend else f"{self.url} never answered"
             self._notice("warning", f"prompt refused: {reason}")
             return
