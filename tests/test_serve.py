@@ -107,7 +107,9 @@ def vocab():
 
 
 def chat_tokens(vocab, text: str) -> list[int]:
-    return vocab.tokenize(vocab.chat_text([("user", text)]))
+    from specdash.serve.chat_template import ChatTemplate
+
+    return ChatTemplate(vocab).tokens([("user", text)])
 
 
 def assert_plain(reference, prompt: list[int], got: list[int], what: str, near_ties: list[str]) -> None:
@@ -149,7 +151,9 @@ def test_a_chats_next_turn_reuses_the_rows_it_shares_and_stays_plain_decoding(cl
                  {"role": "user", "content": "Now add a docstring."}]
     second = client.chat.completions.create(model="smollm2-135m", messages=messages, temperature=0, max_tokens=24,
                                             extra_body={"return_tokens": True})
-    prompt = vocab.tokenize(vocab.chat_text([(m["role"], m["content"]) for m in messages]))
+    from specdash.serve.chat_template import ChatTemplate
+
+    prompt = ChatTemplate(vocab).tokens([(m["role"], m["content"]) for m in messages])
     assert second.usage.prompt_tokens == len(prompt)
     # The first turn's prompt and answer are still in the KV cache: not prefilled again.
     assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens

@@ -22,6 +22,7 @@ from specdash.events import ContractError
 from specdash.engine.llm import LLM
 from specdash.errors import SpecdashError
 from specdash.metrics_exporter import MetricsExporter
+from specdash.serve.chat_template import ChatTemplate
 from specdash.serve.protocol import Ask, BadRequest
 from specdash.serve.queue import ServeQueue
 from specdash.serve.request import ServedRequest
@@ -44,6 +45,7 @@ class EngineLink:
         self.model_id = next(iter(aliases), "specdash")
         self.started = time.time()
         self._vocab: LLM | None = None
+        self._template: ChatTemplate | None = None
         self._vocab_lock = threading.Lock()  # llama.cpp's tokenizer is not documented thread-safe
         self._drafters: Callable[[str], str | None] = lambda spec: None
         self._settings: E.SettingsEvent | None = None
@@ -64,6 +66,7 @@ class EngineLink:
             if self._vocab is not None:
                 self._vocab.close()
             self._vocab = LLM(path, vocab_only=True)
+            self._template = ChatTemplate(self._vocab)
         self._aliases |= {path.name, path.stem}
         self._drafters = session.drafter_unavailable
         self.status = "calibrating"
@@ -93,15 +96,14 @@ class EngineLink:
 
     def tokens_for(self, ask: Ask) -> list[int]:
         with self._vocab_lock:
-            vocab = self._vocab
-            if vocab is None:
+            vocab, template = self._vocab, self._template
+            if vocab is None or template is None:
                 raise BadRequest("the model is still loading", status=503, kind="unavailable_error")
             if ask.kind == "chat":
                 try:
-                    text = vocab.chat_text(ask.messages)
+                    tokens = template.tokens(ask.messages)
                 except SpecdashError as exc:
                     raise BadRequest(str(exc), "messages") from None
-                tokens = vocab.tokenize(text)
             else:
                 tokens = vocab.tokenize(ask.prompt)
         field = "messages" if ask.kind == "chat" else "prompt"

@@ -89,6 +89,10 @@ def why_unavailable(action: str, state: DashState, declared: Collection[str] = (
     if c.needs_source and not state.alive:
         return {"loading": "the engine is loading", "down": "the server is down"}.get(
             state.state, "the engine is not running")
+    if c.command == "sweep" and state.queue is not None and state.queue.waiting:
+        # A sweep reruns the prompt at each K: on a server it would hold the clients up.
+        n = len(state.queue.waiting)
+        return f"{n} request{'s' if n != 1 else ''} waiting: a sweep would hold them up; sweep when the queue is empty"
     return ""
 
 
