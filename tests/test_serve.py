@@ -77,7 +77,9 @@ def start_server(*extra: str, env: dict[str, str] | None = None) -> tuple[subpro
 
 
 def stop_server(proc: subprocess.Popen) -> int:
-    proc.send_signal(signal.SIGINT)
+    # SIGTERM, as a service manager stops it (SIGINT does nothing where the suite itself
+    # was started as a background job: the child inherits SIGINT ignored).
+    proc.send_signal(signal.SIGTERM)
     try:
         return proc.wait(20)
     except subprocess.TimeoutExpired:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import threading
 from typing import Any
@@ -103,6 +104,10 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def _session_factory() -> Any:
     from specdash.session import Session
 
@@ -131,13 +136,16 @@ def _headless(args: argparse.Namespace, config: Any, settings: Any, queue: Any, 
         for listener in listeners:
             listener(ev)
 
+    # A service manager stops a service with SIGTERM: the same clean stop as Ctrl-C (and
+    # the only one where a parent started it with SIGINT ignored, as a background job).
+    signal.signal(signal.SIGTERM, _interrupt)
     source.start(emit)
     try:
         while not source.finished.wait(0.5):
             pass
         return 1 if source.error is not None else 0
     except KeyboardInterrupt:
-        print("specdash serve: interrupted", file=sys.stderr, flush=True)
+        print("specdash serve: stopping", file=sys.stderr, flush=True)
         return 0
     finally:
         done.set()

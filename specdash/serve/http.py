@@ -102,7 +102,6 @@ def make_app(link: EngineLink, api_key: str | None) -> web.Application:
                 req.cancel()  # the client left (or the handler failed): free the engine
 
     async def _whole(request: web.Request, req: ServedRequest) -> web.StreamResponse:
-        text: list[str] = []
         while True:
             try:
                 update = await asyncio.wait_for(req.updates.get(), POLL_S)
@@ -111,9 +110,7 @@ def make_app(link: EngineLink, api_key: str | None) -> web.Application:
                     req.cancel()
                     return web.Response(status=499)
                 continue
-            if isinstance(update, Text):
-                text.append(update.text)
-            elif isinstance(update, Done):
+            if isinstance(update, Done):  # (Text updates: the whole text comes with Done)
                 return web.json_response(response(req.ask, _rid(req), update.text, update.outcome, update.tokens))
             elif isinstance(update, Failed):
                 raise BadRequest(update.message, status=500, kind="server_error")
