@@ -42,7 +42,9 @@ class EngineLink:
         self._send = send
         self._aliases = {a for a in aliases if a}
         self.status = "loading"  # loading | calibrating | ok | error
-        self.model_id = next(iter(aliases), "specdash")
+        # What /v1/models lists and responses name: a registry name as given, a file by its stem.
+        first = next(iter(aliases), "specdash")
+        self.model_id = Path(first).stem if first.endswith(".gguf") else first
         self.started = time.time()
         self._vocab: LLM | None = None
         self._template: ChatTemplate | None = None
