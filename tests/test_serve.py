@@ -341,7 +341,11 @@ def test_the_api_key_rule(tmp_path):
                        capture_output=True, text=True, timeout=60, env={**os.environ, "SPECDASH_API_KEY": ""})
     assert r.returncode == 2 and "needs an API key" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
-    proc, url, lines = start_server("--target", "smollm2-135m", "--draft", "none", "--api-key", "sesame")
+    bad = subprocess.run([sys.executable, "-m", "specdash", "serve", "--theme", "nope"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "--theme nope" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    proc, url, lines = start_server("--target", "smollm2-135m", "--draft", "none", "--api-key", "sesame",
+                                    "--max-tokens", "3")
     try:
         assert httpx.get(url + "/health", timeout=10).status_code == 200  # public, for load balancers
         denied = _post(url, "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
@@ -351,6 +355,9 @@ def test_the_api_key_rule(tmp_path):
             wrong.completions.create(model="smollm2-135m", prompt="Hi", max_tokens=2)
         right = openai.OpenAI(base_url=url + "/v1", api_key="sesame", max_retries=0)
         assert right.completions.create(model="smollm2-135m", prompt="Hi", max_tokens=2).usage.completion_tokens >= 1
+        # --max-tokens caps a request that sends none.
+        capped = right.completions.create(model="smollm2-135m", prompt="Count: 1, 2, 3,")
+        assert capped.usage.completion_tokens == 3 and capped.choices[0].finish_reason == "length"
     finally:
         assert stop_server(proc) == 0, "".join(lines)
 

@@ -74,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     host, port, key = server_settings(args)
     config = load_settings(args)
     settings = config.engine
+    if not args.headless:
+        _check_theme(args.theme or config.ui.theme)  # before the port is taken and models load
     if "ctx" not in vars(args) and settings.ctx == LIMIT["ctx"].default:
         settings = settings.replace(ctx=SERVE_CTX)
     queue = ServeQueue()
@@ -85,7 +87,10 @@ def run(args: argparse.Namespace) -> int:
             raise SpecdashError("the engine is not running")
         sources[-1].send(cmd)
 
-    link = EngineLink(queue, exporter, settings.ctx, send=send, aliases=(settings.target,))
+    link = EngineLink(queue, exporter, settings.ctx, send=send, aliases=(settings.target,),
+                      # --max-tokens: the cap for requests that send none;
+                      # otherwise they may run to the end of the context, as OpenAI's do.
+                      max_tokens=settings.max_tokens if "max_tokens" in vars(args) else None)
     server = ServerThread(make_app(link, key), host, port)
     server.start()  # before any model loads: a taken port is one line at once
     print(f"specdash serve: listening on {server.url} (OpenAI API at {server.url}/v1); "
@@ -102,6 +107,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"specdash serve: stopped after {link.served} requests; cancelled {waiting + running} "
               f"({running} running, {waiting} waiting)", file=sys.stderr, flush=True)
     return code
+
+
+def _check_theme(theme: str) -> None:
+    from textual.theme import BUILTIN_THEMES
+
+    from specdash.tui.themes import load_themes
+
+    themes = {**BUILTIN_THEMES, **load_themes()}
+    if theme not in themes:
+        raise SpecdashError(f"--theme {theme}: unknown theme; available: {', '.join(sorted(themes))}")
 
 
 def _interrupt(signum: int, frame: Any) -> None:

@@ -90,6 +90,7 @@ def make_app(link: EngineLink, api_key: str | None) -> web.Application:
                              status=503, kind="unavailable_error")
         link.check_model(ask)
         ask.model = ask.model or link.model_id  # responses name the model served
+        ask.max_tokens = ask.max_tokens or link.max_tokens
         tokens = link.tokens_for(ask)  # BadRequest: too long for the context, an unknown drafter
         req = ServedRequest(ask, tokens, asyncio.get_running_loop(), client=request.remote or "")
         link.submit(req)

@@ -35,10 +35,12 @@ WARM_UP = "Write a Python function that returns the sum of a list of numbers."
 
 class EngineLink:
     def __init__(self, queue: ServeQueue, exporter: MetricsExporter, n_ctx: int,
-                 send: Callable[[E.Command], None] | None = None, aliases: tuple[str, ...] = ()):
+                 send: Callable[[E.Command], None] | None = None, aliases: tuple[str, ...] = (),
+                 max_tokens: int | None = None):
         self.queue = queue
         self.exporter = exporter
         self.n_ctx = n_ctx
+        self.max_tokens = max_tokens  # for requests that send none (None: up to the context)
         self._send = send
         self._aliases = {a for a in aliases if a}
         self.status = "loading"  # loading | calibrating | ok | error
