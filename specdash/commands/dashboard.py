@@ -59,6 +59,17 @@ def parse_window(text: str) -> float:
     return seconds
 
 
+def check_theme(theme: str) -> None:
+    """A one-line error for a theme that is neither Textual's nor one of ours."""
+    from textual.theme import BUILTIN_THEMES
+
+    from specdash.tui.themes import load_themes
+
+    themes = {**BUILTIN_THEMES, **load_themes()}
+    if theme not in themes:
+        raise SpecdashError(f"--theme {theme}: unknown theme; available: {', '.join(sorted(themes))}")
+
+
 def _prompt_from_config(ui: UISettings) -> str | None:
     if ui.prompt is not None:
         return ui.prompt
@@ -103,20 +114,15 @@ def launch(args: argparse.Namespace, config: Config, prompt: str | None,
            sweep_temps: tuple[float, ...] | None = None) -> int:
     """The dashboard on the embedded engine; `sweep` = (Ks, rounds, tokens) opens the
     sweep view on the first prompt (`specdash sweep`), at each of `sweep_temps` if given."""
-    from textual.theme import BUILTIN_THEMES
-
     from specdash.config import find_config_path
     from specdash.prompts import BUILTIN
     from specdash.session import Session
     from specdash.sources.embedded import WorkItem
     from specdash.tui.app import DashboardOptions, SpecdashApp
     from specdash.tui.terminal import run_app
-    from specdash.tui.themes import load_themes
 
     theme = getattr(args, "theme", None) or config.ui.theme
-    themes = {**BUILTIN_THEMES, **load_themes()}
-    if theme not in themes:
-        raise SpecdashError(f"--theme {theme}: unknown theme; available: {', '.join(sorted(themes))}")
+    check_theme(theme)
     options = DashboardOptions(
         settings=config.engine,
         prompt=prompt,

@@ -7,7 +7,6 @@ import argparse
 import os
 import signal
 import sys
-import threading
 from typing import Any
 
 from specdash.commands.common import add_engine_arguments, load_settings, stderr_progress
@@ -75,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
     config = load_settings(args)
     settings = config.engine
     if not args.headless:
-        _check_theme(args.theme or config.ui.theme)  # before the port is taken and models load
+        from specdash.commands.dashboard import check_theme
+
+        check_theme(args.theme or config.ui.theme)  # before the port is taken and models load
     if "ctx" not in vars(args) and settings.ctx == LIMIT["ctx"].default:
         settings = settings.replace(ctx=SERVE_CTX)
     queue = ServeQueue()
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         if args.headless:
             code = _headless(args, config, settings, queue, link, sources)
         else:
-            code = _dashboard(args, config, settings, queue, link, sources, server.url)
+            code = _dashboard(args, config, settings, queue, link, sources)
     finally:
         running, waiting = queue.cancel_all()
         server.stop()
@@ -109,31 +110,13 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _check_theme(theme: str) -> None:
-    from textual.theme import BUILTIN_THEMES
-
-    from specdash.tui.themes import load_themes
-
-    themes = {**BUILTIN_THEMES, **load_themes()}
-    if theme not in themes:
-        raise SpecdashError(f"--theme {theme}: unknown theme; available: {', '.join(sorted(themes))}")
-
-
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _session_factory() -> Any:
-    from specdash.session import Session
-
-    def make_session(settings: Any, progress: Any) -> Session:
-        return Session(settings, progress=progress)
-
-    return make_session
-
-
 def _headless(args: argparse.Namespace, config: Any, settings: Any, queue: Any, link: Any, sources: list[Any]) -> int:
     from specdash.serve.log import EventLog
+    from specdash.session import Session
     from specdash.sources.embedded import EmbeddedSource
 
     log = EventLog(sys.stderr, stderr_progress())
@@ -143,9 +126,8 @@ def _headless(args: argparse.Namespace, config: Any, settings: Any, queue: Any, 
 
         recorder = Recorder(args.record, extra={"command": "serve"})
         listeners.append(recorder)
-    source = EmbeddedSource(_session_factory(), settings, queue, on_session=link.on_session, health=config.health)
+    source = EmbeddedSource(Session, settings, queue, on_session=link.on_session, health=config.health)
     sources.append(source)
-    done = threading.Event()
 
     def emit(ev: Any) -> None:
         for listener in listeners:
@@ -163,16 +145,16 @@ def _headless(args: argparse.Namespace, config: Any, settings: Any, queue: Any, 
         print("specdash serve: stopping", file=sys.stderr, flush=True)
         return 0
     finally:
-        done.set()
         source.close()
         if args.record:
             recorder.close()
 
 
 def _dashboard(args: argparse.Namespace, config: Any, settings: Any, queue: Any, link: Any,
-               sources: list[Any], url: str) -> int:
+               sources: list[Any]) -> int:
     from specdash.commands.dashboard import QUIT_GRACE_S, attach_outputs
     from specdash.config import find_config_path
+    from specdash.session import Session
     from specdash.sources.embedded import EmbeddedSource
     from specdash.tui.app import DashboardOptions, SpecdashApp
     from specdash.tui.terminal import run_app
@@ -181,12 +163,11 @@ def _dashboard(args: argparse.Namespace, config: Any, settings: Any, queue: Any,
         settings=settings, prompt=None, workload=[], theme=args.theme or config.ui.theme,
         refresh=config.ui.refresh, screenshots_dir=args.screenshots or config.ui.screenshots_dir,
         config_path=find_config_path(getattr(args, "config", None)), model_dirs=tuple(config.ui.model_dirs),
-        health=config.health, serving=url,
+        health=config.health,
     )
-    make_session = _session_factory()
 
     def source(launched: Any, prompts: Any) -> EmbeddedSource:
-        made = EmbeddedSource(make_session, launched or settings, queue.adopt(prompts), on_session=link.on_session,
+        made = EmbeddedSource(Session, launched or settings, queue.adopt(prompts), on_session=link.on_session,
                               health=config.health)
         sources.append(made)
         return made

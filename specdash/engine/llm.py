@@ -274,22 +274,15 @@ class LLM:
         any_rows: keep every row `tokens` starts with, decoded ones too (a chat's next turn:
         engine.RunOptions.reuse_rows), as llama-server's prompt cache does."""
         keep = 0
-        if self.strategy.kind == "kv" and any_rows:
-            common = 0
-            for a, b in zip(self._rows, tokens):
-                if a != b:
-                    break
-                common += 1
-            keep = common
-        elif self.strategy.kind == "kv":
-            done = self._rows[: self._prefilled]
+        if self.strategy.kind == "kv":
+            done = self._rows if any_rows else self._rows[: self._prefilled]
             common = 0
             for a, b in zip(done, tokens):
                 if a != b:
                     break
                 common += 1
             same = common == len(tokens) == len(done)
-            keep = common if same else common // self.n_batch * self.n_batch
+            keep = common if any_rows or same else common // self.n_batch * self.n_batch
         if keep:
             self.kv_truncate(keep)
         else:

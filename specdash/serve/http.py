@@ -27,7 +27,7 @@ from aiohttp import web
 
 from specdash.errors import SpecdashError
 from specdash.serve.link import EngineLink
-from specdash.serve.protocol import BadRequest, chunk, parse_chat, parse_completion, response, usage_chunk
+from specdash.serve.protocol import Ask, BadRequest, chunk, parse_chat, parse_completion, response, usage_chunk
 from specdash.serve.request import Done, Failed, ServedRequest, Text
 
 KEEPALIVE_S = 5.0  # an SSE comment while a streamed request waits in the queue
@@ -70,7 +70,6 @@ def make_app(link: EngineLink, api_key: str | None) -> web.Application:
             raise
 
     app = web.Application(middlewares=[guard])
-    app["link"] = link
 
     async def body_of(request: web.Request) -> Any:
         try:
@@ -84,7 +83,7 @@ def make_app(link: EngineLink, api_key: str | None) -> web.Application:
     async def chat(request: web.Request) -> web.StreamResponse:
         return await _generate(request, parse_chat(await body_of(request)))
 
-    async def _generate(request: web.Request, ask: Any) -> web.StreamResponse:
+    async def _generate(request: web.Request, ask: Ask) -> web.StreamResponse:
         if not link.ready:
             raise BadRequest(f"the model is {link.status}; try again when /health says ok",
                              status=503, kind="unavailable_error")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +56,6 @@ class ServedRequest:
     loop: asyncio.AbstractEventLoop
     client: str = ""
     id: str = field(default_factory=lambda: f"{next(_ids)}")
-    arrived: float = field(default_factory=time.monotonic)
     updates: asyncio.Queue[Update] = field(default_factory=asyncio.Queue)
     state: str = "waiting"  # waiting | running | done | cancelled
     _cancel: threading.Event = field(default_factory=threading.Event)

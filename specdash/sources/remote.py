@@ -51,6 +51,8 @@ DEFAULT_MAX_TOKENS = 256
 
 READ_ONLY_VLLM = "vLLM is read-only from here: its settings are fixed when it starts"
 READ_ONLY_SPECDASH = "another specdash's --metrics-port is read-only; steer it in its own dashboard"
+# The dashboard's controls a server may or may not take from here (beyond prompt and stop).
+CONTROLS = ("k", "draft", "temp", "adaptive", "experts", "pause", "forget", "sweep")
 SERVE_UNSTEERABLE = "a specdash server takes K, drafter, temperature and adaptive from here; the rest in its own dashboard"
 
 
@@ -74,14 +76,11 @@ def supported_commands(backend: str, *, router_presets: int = 0, steer: tuple[st
 def unavailable_controls(backend: str, *, router_presets: int = 0, steer: tuple[str, ...] = ()) -> dict[str, str]:
     """Why this kind of server cannot do what it does not support, by command name."""
     if steer:  # a `specdash serve`: steered over its command route
-        return {name: SERVE_UNSTEERABLE for name in ("k", "draft", "temp", "adaptive", "experts", "pause", "forget",
-                                                     "sweep") if name not in steer}
+        return {name: SERVE_UNSTEERABLE for name in CONTROLS if name not in steer}
     if backend == "vllm":
-        return {name: READ_ONLY_VLLM for name in ("k", "draft", "temp", "adaptive", "experts", "pause", "forget",
-                                                  "sweep")}
+        return {name: READ_ONLY_VLLM for name in CONTROLS}
     if backend == "specdash":
-        out = {name: READ_ONLY_SPECDASH for name in ("k", "draft", "temp", "adaptive", "experts", "pause", "forget",
-                                                     "sweep")}
+        out = {name: READ_ONLY_SPECDASH for name in CONTROLS}
         out["prompt"] = "another specdash's --metrics-port has no completion endpoint"
         return out
     out = {
@@ -534,6 +533,7 @@ class RemoteSource:
         top_k = num("top_k")
         n_ctx = dgs.get("n_ctx")
         path = props.get("model_path")
+        steer = self._steerable()
         ev = E.SettingsEvent(
             source="remote", target=self._target(snap), drafter=self._drafter(snap), k=self._k(snap),
             temperature=temperature, top_k=int(top_k) if top_k is not None and 0 <= top_k < 2**31 else None,
@@ -542,8 +542,8 @@ class RemoteSource:
             max_tokens=int(n_predict) if n_predict is not None and 0 < n_predict < 2**31 else None,
             target_path=path if isinstance(path, str) and path and path != "none" else None,
             command=command, draft_path=self._draft_path(),
-            supports=supported_commands(snap.backend, router_presets=n_presets, steer=self._steerable()),
-            unavailable=unavailable_controls(snap.backend, router_presets=n_presets, steer=self._steerable()), t=now())
+            supports=supported_commands(snap.backend, router_presets=n_presets, steer=steer),
+            unavailable=unavailable_controls(snap.backend, router_presets=n_presets, steer=steer), t=now())
         self._settings = ev
         self._put(ev)
 

@@ -123,7 +123,6 @@ class DashboardOptions:
     # `specdash sweep --whatif`: ({K: (tok/s, acceptance)}, source) simulated for `prompt`
     sweep_predicted: tuple[dict[int, tuple[float, float | None]], str] | None = None
     health: HealthThresholds | None = None  # the health rules' thresholds (None: the defaults)
-    serving: str = ""  # `specdash serve`: the URL it serves at (the title bar says so)
 
 
 class DashboardBase(App[int]):
