@@ -16,7 +16,8 @@ from specdash import __version__
 from specdash.errors import SpecdashError, describe
 
 # Order is the order shown in --help.
-SUBCOMMANDS = ["run", "serve", "bench", "sweep", "whatif", "replay", "compare", "export", "attach", "models", "check", "doctor"]
+SUBCOMMANDS = ["run", "serve", "bench", "sweep", "whatif", "replay", "compare", "export", "attach", "models", "check", "doctor",
+               "calibrate"]
 
 
 class _Parser(argparse.ArgumentParser):

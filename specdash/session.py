@@ -13,13 +13,16 @@ engine does, on the commands it is sent.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from specdash.costs.store import ProfileStore
 from specdash.engine.controller import CostModelController, KController
 from specdash.engine.detector import ContentDetector
 from specdash.engine.drafters import KINDS, Borrowed, Drafter, Parts, is_model
 from specdash.engine.drafters.draft_model import DraftModelDrafter
+from specdash.engine.drafters.lazy import LazyModel
 from specdash.engine.drafters.mtp import MtpDrafter, MtpUnavailable, unavailable_reason
 from specdash.engine.drafters.suffix import SuffixDrafter
 from specdash.engine.drafters.translated import TranslatedDrafter
@@ -103,7 +106,9 @@ class Session:
         self.target_path = self._resolve_path(settings.target)
         self._head = self._read_head()  # from the header: the head is loaded with the target
         self._progress(f"loading target {settings.target}", None)
+        t_load = time.perf_counter()
         self.target: LLM = self._load_target(settings.experts)
+        self._target_load_ms = (time.perf_counter() - t_load) * 1e3  # what a lazy draft model's load is priced from
         self._experts = settings.experts
         self._progress(f"loading drafter {settings.draft}", None)
         drafter = self.make_drafter(settings.draft)
@@ -121,6 +126,7 @@ class Session:
             detector=ContentDetector(),
             target_path=str(self.target_path),
             draft_path=lambda: self._current_draft_path,
+            cost_store=ProfileStore(),
         )
         self._progress("ready", 1.0)
 
@@ -238,16 +244,31 @@ class Session:
             return Borrowed(self._session_mtp())
         if model is None and default and model_path(DEFAULT_DRAFT).is_file() \
                 and check_pair(self.target_path, model_path(DEFAULT_DRAFT)).compatible:
-            try:
-                self._draft_model(DEFAULT_DRAFT)
-                model = DEFAULT_DRAFT
-            except SpecdashError:
-                pass  # the label then shows there is no model
+            model = DEFAULT_DRAFT
         if model is None:
             return None
-        drafter = Borrowed(self._draft_model(model))
-        self._current_draft_path = str(self._draft_models[model].llm.path)
+        if model not in self._draft_models:
+            path = self._resolve_path(model)
+            if check_pair(self.target_path, path).compatible:
+                # Loaded when first needed (drafters/lazy.py): a run where copies or plain
+                # decoding win never waits for it. Its load is priced like the target's, by size.
+                ratio = path.stat().st_size / max(self.target_path.stat().st_size, 1)
+                self._current_draft_path = str(path)
+                return LazyModel(lambda: self._lend_model(model), draft_label(model), ratio,
+                                 k_ceiling=self._spec.draft_p_joint > 0, load_ms=self._target_load_ms * ratio)
+        return self._lend_model(model)
+
+    def _lend_model(self, spec: str) -> Drafter:
+        drafter = Borrowed(self._draft_model(spec))
+        self._current_draft_path = str(self._draft_models[spec].llm.path)
         return drafter
+
+    def load_models(self) -> None:
+        """Load every draft model the drafter would load when first needed: a server does
+        it before it says it is ready, never in the middle of its queue."""
+        for part in self.engine.drafter.parts():
+            if isinstance(part, LazyModel):
+                part.model()
 
     def mtp_unavailable(self) -> str | None:
         """Why `mtp` cannot draft for this session's target (one line), or None. The staging
@@ -347,9 +368,14 @@ class Session:
             return self.mtp_unavailable()
         return None
 
+    def calibrate(self, text: str) -> Iterator[Event]:
+        """Time every batch size on `text` now, whatever is kept, and keep it."""
+        yield from self.engine.calibrate(self.prompt_tokens(text))
+
     def warm_up(self, text: str) -> Iterator[Event]:
-        """Time adaptive K's batch costs now, on `text` (a server does it before it says it
-        is ready); the notices that say so."""
+        """Load the draft models and time adaptive K's batch costs now, on `text` (a server
+        does it before it says it is ready); the notices that say so."""
+        self.load_models()
         yield from self.engine.warm_up(self.prompt_tokens(text))
 
     def send(self, cmd: Command) -> None:

@@ -42,6 +42,17 @@ def cost_curve(request, monkeypatch) -> str:
     return request.param
 
 
+@pytest.fixture(autouse=True)
+def private_profiles(tmp_path_factory, monkeypatch) -> Path:
+    """Kept cost profiles (specdash/costs) go to a folder of this test's own, for it and
+    the children it starts: no test depends on what an earlier one kept."""
+    from specdash.costs.store import PROFILE_DIR_ENV
+
+    folder = tmp_path_factory.mktemp("profiles")
+    monkeypatch.setenv(PROFILE_DIR_ENV, str(folder))
+    return folder
+
+
 @pytest.fixture
 def measured_costs(monkeypatch) -> None:
     """The test is about measuring this machine's costs: no pinned shape."""

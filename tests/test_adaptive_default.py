@@ -145,18 +145,19 @@ def test_help_says_how_to_get_a_fixed_k():
 
 
 def test_draft_none_does_not_measure_costs_until_a_drafter_comes(smol_path, measured_costs):
-    """Adaptive is on by default with --draft none too: nothing can be drafted, so the
-    seconds of batch-cost measurement are skipped, and paid only when a drafter is
-    swapped in, before its first step."""
+    """Adaptive is on by default with --draft none too: nothing can be drafted, so batch
+    costs are not looked at until a drafter is swapped in; then, with no kept profile,
+    sizes are timed as decisions need them (issue 40), never all up front."""
     proc = specdash("run", "--target", "smollm2-135m", "--draft", "none", "--threads", "2", "--max-tokens", "24",
                     "--json", *PROMPT, "--at", "4:draft=lookup")
     assert_ok(proc)
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     swap = next(i for i, e in enumerate(events) if e["event"] == "settings" and e.get("command") == "draft=lookup")
-    measured = [i for i, e in enumerate(events) if e["event"] == "notice" and "measured target batch costs" in e["message"]]
+    cold = [i for i, e in enumerate(events) if e["event"] == "notice" and "timed by the first verify" in e["message"]]
     assert events[0]["adaptive"] is True
-    assert len(measured) == 1 and measured[0] > swap, (swap, measured)
-    steps_after = [e for e in events[measured[0]:] if e["event"] == "step"]
+    assert len(cold) == 1 and cold[0] > swap, (swap, cold)
+    assert not any(e["event"] == "notice" and "measured target batch costs" in e["message"] for e in events)
+    steps_after = [e for e in events[cold[0]:] if e["event"] == "step"]
     assert steps_after and all(s["adaptive"] for s in steps_after)
 
 

@@ -190,8 +190,6 @@ def test_auto_is_greedy_exact_and_drafts_copies_on_the_real_engine(smol_path, sm
     the target's own greedy continuation and the draft model was not fed the prompt up
     front. Where batches are cheap (the Intel curve) the copies pay and are drafted; on the
     AVX2 AMD curve whether they do is that curve's call, so only the bookkeeping is held."""
-    import fuzz_exact as F
-
     from specdash.session import Session
 
     s = EngineSettings(target=str(smol_path), draft_model=str(small_draft), threads=2, ctx=1024,
@@ -201,10 +199,13 @@ def test_auto_is_greedy_exact_and_drafts_copies_on_the_real_engine(smol_path, sm
     try:
         prompt = session.prompt_tokens(PROMPT)
         model = next(p for p in session.engine.drafter.parts() if not p.free)
+        assert not session._draft_models, "the draft model was loaded before it was needed"
         fed: list[int] = []
         real_prefill = model.prefill
         model.prefill = lambda tokens: (fed.append(len(tokens)), real_prefill(tokens))  # type: ignore[method-assign]
         events = list(session.engine.generate(prompt, 64))
+        model_drafted = any(e.drafter == "draft" for e in events if isinstance(e, E.StepEvent))
+        assert bool(session._draft_models) == model_drafted  # loaded if (and only if) it was chosen
     finally:
         session.close()
     assert fed == [], "auto prefilled its draft model up front"
@@ -218,14 +219,41 @@ def test_auto_is_greedy_exact_and_drafts_copies_on_the_real_engine(smol_path, sm
     assert {e.drafter for e in steps} <= {"lookup", "suffix", "none", Path(small_draft).stem}, steps
     if cost_curve == "intel-amx":
         assert {e.drafter for e in steps if e.drafted} & {"lookup", "suffix"}
-    got = [t for e in steps for t in e.tokens]
-    ref = greedy_reference(smol_path)
+    assert_greedy(greedy_reference(smol_path), prompt, [t for e in steps for t in e.tokens])
+
+
+def assert_greedy(ref, prompt: list[int], got: list[int]) -> None:
+    """got is the target's plain greedy continuation of prompt, or leaves it only at a near-tie."""
+    import fuzz_exact as F
+
     plain = ref.plain(prompt, len(got) + 1, None)
     if got != plain[: len(got)]:  # off plain decoding's path: only at near-ties
         full = list(prompt) + got
         verdicts = ref.teacher_force(full, len(prompt), list(range(len(prompt), len(full))), None)
         for pos, (want, gap) in verdicts.items():
             assert full[pos] == want or gap < F.TIE_GAP, (pos, full[pos], want, gap)
+
+
+def test_auto_loads_its_draft_model_when_it_first_drafts_and_stays_exact(smol_path, small_draft, greedy_reference):
+    """drafters/lazy.py: nothing loaded at start; at a fixed K auto drafts as the chain does
+    (a copy with a match, else the model), so the first step without a copy loads the model
+    and drafts from it; every token stays the target's greedy choice."""
+    from specdash.session import Session
+
+    session = Session(EngineSettings(target=str(smol_path), draft_model=str(small_draft), threads=2, ctx=1024,
+                                     adaptive=False, k=3))
+    try:
+        assert not session._draft_models
+        lazy = next(p for p in session.engine.drafter.parts() if not p.free)
+        assert not lazy.loaded and lazy.label == Path(small_draft).stem and lazy.relative_cost is not None
+        prompt = session.prompt_tokens("Write a short poem about rain.")
+        events = list(session.engine.generate(prompt, 24))
+        assert lazy.loaded and list(session._draft_models) == [str(small_draft)]
+    finally:
+        session.close()
+    steps = [e for e in events if isinstance(e, E.StepEvent)]
+    assert any(e.drafter == "draft" and e.drafted for e in steps), steps  # a model draft (Draft.source)
+    assert_greedy(greedy_reference(smol_path), prompt, [t for e in steps for t in e.tokens])
 
 
 def test_draft_x_still_pins_x_and_bad_values_are_one_line(smol_path):

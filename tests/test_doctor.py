@@ -26,10 +26,12 @@ def test_lines_warn_first_with_evidence_and_exit_0(capsys, monkeypatch):
     args = parse("--threads", "12", "--root", str(TWO_NODE), "--repack", "off")
     assert args.func(args) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 6
+    assert len(lines) == 7
     levels = [line.split()[0] for line in lines]
-    assert levels == ["WARN", "WARN", "WARN", "WARN", "INFO", "OK"]  # threads, omp, numa, governor; thp; repack
-    assert lines[-1].split()[1] == "repack" and "repack off (repack = off)" in lines[-1]
+    # threads, omp, numa, governor; thp; repack, costs (none kept in this test's own folder)
+    assert levels == ["WARN", "WARN", "WARN", "WARN", "INFO", "OK", "OK"]
+    assert lines[-2].split()[1] == "repack" and "repack off (repack = off)" in lines[-2]
+    assert lines[-1].split()[1] == "costs" and "no kept cost profiles yet" in lines[-1]
     assert all("[read: " in line for line in lines)
     assert any("threads=12 exceeds the 8 physical cores" in line for line in lines)
 
@@ -46,6 +48,7 @@ def test_json(capsys, monkeypatch):
         "thp": "info",
         "omp": "ok",
         "repack": "ok",
+        "costs": "ok",
     }
     assert [h["level"] for h in hints][:2] == ["warn", "warn"]
     assert all(set(h) == {"level", "key", "message", "evidence"} for h in hints)
@@ -78,4 +81,4 @@ def test_doctor_on_this_machine(capsys):
     args = parse("--threads", "2")
     assert args.func(args) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 6 and sum(line.split()[1] == "repack" for line in lines) == 1
+    assert len(lines) == 7 and sum(line.split()[1] == "repack" for line in lines) == 1

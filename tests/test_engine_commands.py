@@ -13,6 +13,7 @@ from specdash.engine.settings import EngineSettings
 from specdash.events import NoticeEvent, SettingsEvent, StepEvent, Summary
 
 PROMPT = "List the first twenty prime numbers, one per line, with a short remark on each."
+COPY_PROMPT = "Repeat this line four times: the cat sat on the mat, the cat sat on the mat."
 
 
 @pytest.fixture(scope="module")
@@ -112,22 +113,31 @@ def test_incompatible_draft_swap_is_refused_and_generation_goes_on(smol_path, ge
     assert run["summary"].n_generated >= 3
 
 
-def test_adaptive_measures_the_batch_cost_curve_once_per_session(smol_path, measured_costs):
+def test_a_cold_start_times_nothing_up_front_and_explores_each_size_once(smol_path, measured_costs):
+    """No kept profile (issue 40): the first token does not wait for a timing pass. The
+    first step is plain (it measures s(1)); a batch size beyond the measured ones is never
+    taken on a guess but once, explored by a real verify that times it (a step that also
+    keeps what it accepts); a new target forgets the curve."""
     s = Session(EngineSettings(target="smollm2-135m", draft="lookup", k=3, threads=1, ctx=1024, adaptive=True))
+    costs = s.engine.controller.target_costs()
+    explored: list[int] = []
+    real_explore = costs.explore
+    costs.explore = lambda n: (ok := real_explore(n), ok and explored.append(n))[0]  # type: ignore[method-assign]
     try:
-        first = collect(s.run(PROMPT, max_tokens=8))
-        measured = [n for n in first["notices"] if "measured target batch costs" in n.message]
-        assert len(measured) == 1 and "17: " in measured[0].message, first["notices"]
-        ctl = s.engine.controller
-        assert not ctl.needs_costs()
-        assert ctl.step_cost(17) > ctl.step_cost(1) > 0
-        # The first step already decides with real costs: no "measuring a plain step".
-        assert "measuring" not in first["steps"][0].decision
-        second = collect(s.run(PROMPT, max_tokens=4))
-        assert not [n for n in second["notices"] if "measured" in n.message]
-        # A new target (expert count, another model) makes the old curve void.
-        ctl.reset(target_changed=True)
-        assert ctl.needs_costs()
+        first = collect(s.run(COPY_PROMPT, max_tokens=48))
+        said = [n.message for n in first["notices"]]
+        assert any("timed by the first verify that needs it" in m for m in said), said
+        assert not any("measured target batch costs" in m for m in said), said
+        assert first["steps"][0].drafted == 0  # s(1) first: nothing is priced before it
+        # The copies were considered: each size explored once, by a step that verified it.
+        assert explored and len(explored) == len(set(explored)), explored
+        verified = {st.drafted + 1 for st in first["steps"]}
+        assert all(costs.measured(n) for n in verified)
+        assert all(n in verified or costs.measured(n) or n > max(verified) for n in explored), (explored, verified)
+        second = collect(s.run(COPY_PROMPT, max_tokens=8))
+        assert not [n for n in second["notices"] if "kept cost profile" in n.message or "timed" in n.message]
+        s.engine.controller.reset(target_changed=True)  # another expert count, another model
+        assert s.engine.controller.needs_costs() and costs.step_cost(1) is None
     finally:
         s.close()
 

@@ -39,7 +39,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | str]] = {
     "records": (("recording.py",), ("contract", "machine", "models", "base")),
     "sources": (("sources/",), ("contract", "judging", "servers", "engine", "records", "base")),
     "services": (("session.py", "schedule.py", "sweep.py", "export.py", "config.py", "bench.py", "prompts.py",
-                  "whatif/", "llamacpp_tools.py", "metrics_exporter.py", "runs.py", "compare.py"), EARLIER),
+                  "whatif/", "costs/", "llamacpp_tools.py", "metrics_exporter.py", "runs.py", "compare.py"), EARLIER),
     "server": (("serve/",), EARLIER),
     "UI": (("tui/",), EARLIER),
     "CLI": (("cli.py", "__main__.py", "commands/"), EARLIER),

@@ -118,7 +118,7 @@ def test_the_verdict_is_cached_per_cpu_and_llama_cpp_version(fresh, monkeypatch)
     assert (again.mode, again.origin, again.tried) == (first.mode, "cache", first.tried)
     assert calls(log) == ["on", "no-amx"]
     # Another CPU, or another llama-cpp-python, is another key: the probe runs again.
-    monkeypatch.setattr(repack, "_cpu_identity", lambda: ("Some Other CPU", "f00"))
+    monkeypatch.setattr(repack, "cpu_identity", lambda: ("Some Other CPU", "f00"))
     repack.forget()
     assert repack.resolve().origin == "probe" and calls(log) == ["on", "no-amx"] * 2
     monkeypatch.setattr(llama_cpp, "__version__", "9.9.9")

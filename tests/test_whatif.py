@@ -457,7 +457,8 @@ def test_simulated_auto_chooses_as_the_engine_did(smol_path, small_draft, transc
     for prompt, tr in zip(PROMPTS, transcripts):
         ctl = Recorder(**params)
         session = Session(s, controller=ctl)
-        model: Any = next(p for p in session.engine.drafter.parts() if not p.free).inner
+        # auto's model part: until loaded (drafters/lazy.py) its catch-up is its load estimate.
+        model: Any = next(p for p in session.engine.drafter.parts() if not p.free)
         asked: list[float] = []  # what auto was told the model's catch-up would cost, each step
         measured = model.catch_up_ms
         model.catch_up_ms = lambda tokens: asked.append(measured(tokens)) or asked[-1]

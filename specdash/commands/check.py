@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from specdash.engine import repack
 
     out.print(f"weights repack {repack.resolve().label()} (specdash doctor says more)", soft_wrap=True)
+    out.print(f"target {_kept(target)}", soft_wrap=True)
     if report.compatible:
         out.print(Text("compatible: the draft can speculate for the target", style="green"))
         return 0
@@ -100,6 +101,7 @@ def _check_head(target: object, *, named: bool) -> int:
     out = stdout_console()
     out.print(f"target {target}\ndraft  mtp (the target's own head)")
     out.print(f"target {_rollback(target)}", soft_wrap=True)
+    out.print(f"target {_kept(target)}", soft_wrap=True)
     why = ""
     if not head.layers:
         why = (f"{Path(str(target)).name}: {head.describe()}" if head.declared else
@@ -126,3 +128,10 @@ def _rollback(path: object) -> str:
     from specdash.models.scan import inspect_model
 
     return inspect_model(str(path)).rollback_text()
+
+
+def _kept(target: object) -> str:
+    """The cost profile a run of the target would start from (costs/store.describe_kept)."""
+    from specdash.costs.store import describe_kept
+
+    return describe_kept(Path(str(target)))

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
     setting = repack.check_setting(args.repack, "--repack")
     hints = collect_hints(threads=args.threads, root=args.root)
-    hints = sorted([*hints, repack_hint(repack.resolve(setting))], key=lambda h: LEVEL_ORDER[h.level])
+    hints = sorted([*hints, repack_hint(repack.resolve(setting)), costs_hint()], key=lambda h: LEVEL_ORDER[h.level])
     if args.json:
         print(json.dumps({"hints": [asdict(hint) for hint in hints]}, indent=2))
     else:
@@ -87,3 +87,23 @@ def repack_hint(verdict: Verdict) -> Hint:
                 "off": "every model loads without repacking (slower)"}.get(verdict.mode, "")
         return Hint("warn", "repack", f"repack {verdict.label()}: {kept}", evidence)
     return Hint("ok", "repack", f"repack {verdict.label()}", evidence)
+
+
+def costs_hint() -> Hint:
+    """The cost profiles runs keep here (issue 40): how many, the newest, any unusable."""
+    from specdash.costs.store import ProfileStore
+    from specdash.engine.kept_costs import age_text
+
+    store = ProfileStore()
+    files = store.files()
+    bad = [f for f in files if f.problem]
+    good = [f for f in files if not f.problem]
+    if bad:
+        return Hint("warn", "costs", f"{len(bad)} kept cost profile(s) unusable, replaced by the next run of "
+                    f"their target: {bad[0].path.name}: {bad[0].problem}", str(store.folder))
+    if not good:
+        return Hint("ok", "costs", "no kept cost profiles yet: a target's first run times each batch size "
+                    "when a decision needs it (`specdash calibrate` times them all now)", str(store.folder))
+    new = good[0]
+    return Hint("ok", "costs", f"{len(good)} kept cost profile(s); newest {new.target}: {new.timings} timings of "
+                f"{new.sizes} batch sizes, saved {age_text(new.age_s)} ago", str(store.folder))

@@ -30,7 +30,9 @@ whatif: 40/54 cases within 5% of the oracle against 42/54 with neither).
 from __future__ import annotations
 
 import dataclasses
+from contextlib import nullcontext
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from specdash.engine.controller_settings import ControllerSettings, ThresholdSettings
@@ -53,6 +55,11 @@ K_INIT: int = LIMIT["k"].default
 # this many tokens (calibrated where k_max >= 32, else extrapolated from the calibrated
 # curve: step_rules.cost_sizes).
 CATCH_UP_BATCH = 33
+
+# A cold start explores the shortest K whose hoped rate is within this share of the best
+# hoped (CostModelController._considering). 0.9: not measured against other values.
+EXPLORE_SHARE = 0.9
+
 
 class KController(Protocol):
     def choose(self, content: str, catch_up_ms: float = 0.0) -> tuple[int, str]:
@@ -124,6 +131,11 @@ class KController(Protocol):
 
     def pinned_shape(self) -> str:
         """The profile pin_shape named, "" while the curve is this machine's."""
+        ...
+
+    def target_costs(self) -> TargetCosts | None:
+        """The target's batch-cost curve this rule learns (what a kept profile stores and
+        a cold start times lazily); None for a rule that knows no costs."""
         ...
 
     def reset(self, target_changed: bool = False) -> None:
@@ -213,6 +225,9 @@ class ThresholdController:
 
     def pinned_shape(self) -> str:
         return ""
+
+    def target_costs(self) -> TargetCosts | None:
+        return None
 
     def choose(self, content: str, catch_up_ms: float = 0.0) -> tuple[int, str]:
         return self.k, self._reason
@@ -375,6 +390,9 @@ class CostModelController:
     def pinned_shape(self) -> str:
         return self._pinned_name if self.costs.pinned else ""
 
+    def target_costs(self) -> TargetCosts | None:
+        return self.costs
+
     # --- estimates (the pricing objects', under the names callers know) -----------------
     def step_cost(self, n: int) -> float | None:
         """Estimated verify + bookkeeping ms for a target batch of n tokens."""
@@ -400,7 +418,32 @@ class CostModelController:
     def rates(self, content: str, catch_up_ms: float = 0.0) -> dict[int, float]:
         """The draft model's expected tokens per ms for each K in range (empty until costs
         are known); drafting (K > 0) first pays `catch_up_ms`."""
-        return self.model.rates(self.costs, content, catch_up_ms)
+        return self._considering(lambda: self.model.rates(self.costs, content, catch_up_ms))
+
+    def _considering(self, price: Callable[[], dict[int, float]]) -> dict[int, float]:
+        """price()'s rates per K; on a cold start (TargetCosts.lazy) where a K would beat
+        them by the copy margin if its untimed batch were as cheap as it could be, the
+        rates as hoped (TargetCosts.explore): this step verifies that batch, once, and the
+        verify times it."""
+        rates = price()
+        if self.costs.lazy and rates:
+            with self.costs.optimistic():
+                hope = price()
+            best = max(hope, key=hope.__getitem__)
+            # The shortest K within EXPLORE_SHARE of the hoped best: under flat hoped costs
+            # a weak copy's rate barely grows past a few tokens, and a long verify that
+            # finds batches dear wastes more (a 16-token prose copy, 3 accepted, cost a
+            # fresh 128-token essay run 11% of its speed on the 2-core EPYC).
+            k = min(kk for kk, r in hope.items() if kk > 0 and r >= EXPLORE_SHARE * hope[best]) if best > 0 else 0
+            if k > 0 and hope[k] > max(rates.values()) * (1.0 + self.settings.margin) and self.costs.explore(k + 1):
+                return {kk: r for kk, r in hope.items() if kk <= k}
+        return rates
+
+    def _cannot_pay(self) -> bool:
+        """model.cannot_pay, judged on the cheapest untimed sizes could be on a cold start:
+        a verdict rests on measured costs, never on the pessimistic guess."""
+        with self.costs.optimistic():
+            return self.model.cannot_pay(self.costs)
 
     bucket = staticmethod(CopyPricing.bucket)
 
@@ -418,7 +461,7 @@ class CostModelController:
             return 0, "K range is [0, 0]"
         if self.k_min == 0 and not self.costs.measured(1):
             return 0, "measuring a plain step"
-        if self.model.cannot_pay(self.costs):
+        if self._cannot_pay():
             self._k = 0
             return 0, f"drafts cost too much here: plain wins even at {tune.verdict_alpha:.0%} acceptance"
         if self.model.measured_steps == 0:
@@ -488,7 +531,7 @@ class CostModelController:
 
     # --- model-free drafts ---------------------------------------------------------------
     def model_rate(self, content: str, catch_up_ms: float = 0.0) -> float:
-        if self.model.measured_steps == 0 or self.model.cannot_pay(self.costs):
+        if self.model.measured_steps == 0 or self._cannot_pay():
             return 0.0
         return max((r for k, r in self.rates(content, catch_up_ms).items() if k > 0), default=0.0)
 
@@ -509,7 +552,9 @@ class CostModelController:
         n, why = self.trim(source, evidence, available, content)
         if n == 0:
             return 0, self.plain_rate(), why
-        return n, self.copies.rates(self.costs, source, evidence, n, n)[n], why
+        # A batch trim chose to explore is priced as it chose it: as hoped, until measured.
+        with self.costs.optimistic() if self.costs.exploring(n + 1) else nullcontext():
+            return n, self.copies.rates(self.costs, source, evidence, n, n)[n], why
 
     def trim(self, source: str, evidence: int, available: int, content: str,
              rival: float = 0.0) -> tuple[int, str]:
@@ -519,7 +564,7 @@ class CostModelController:
         a = self.free_alpha(source, evidence)
         lo = min(self.k_min, available)
         hi = min(self.k_max, available)
-        rate = self.copies.rates(self.costs, source, evidence, lo, hi)
+        rate = self._considering(lambda: self.copies.rates(self.costs, source, evidence, lo, hi))
         best = max(rate, key=rate.__getitem__)
         if best > 0 and lo == 0 and rate[best] < rate[0] * (1.0 + self.settings.margin):
             best = 0

@@ -26,6 +26,7 @@ from specdash.engine.controller import KController
 from specdash.engine.detector import Detector
 from specdash.engine.drafters.base import Drafter, model_price
 from specdash.engine.experts import expert_info, expert_key
+from specdash.engine.kept_costs import CostStore, KeptCosts, age_text
 from specdash.engine.llm import LLM
 from specdash.engine.rollback import Rollback, calibrate
 from specdash.engine.settings import EngineSettings, SettingError
@@ -95,6 +96,7 @@ class Engine:
         detector: Detector | None = None,
         target_path: str | None = None,
         draft_path: Callable[[], str | None] | None = None,
+        cost_store: CostStore | None = None,
     ):
         self.target = target
         self.drafter = drafter
@@ -117,6 +119,11 @@ class Engine:
         self._told_rollback: object = None  # the target whose rollback strategy was announced
         self._rollback_priced: object = None  # (target, controller): the controller has its rollback costs
         self._told_pinned: object = None  # the controller whose pinned cost shape was announced
+        # Kept batch costs (issue 40): loaded now and after a target reload, saved after every
+        # run; what loading said waits here for the next run's events.
+        self._store = cost_store
+        self._said: list[Event] = []
+        self._load_kept()
 
     # --- commands -------------------------------------------------------------------
     def send(self, cmd: E.Command) -> None:
@@ -279,6 +286,7 @@ class Engine:
         self._needs_refeed = True
         if self.controller:  # verify costs measured on the old model no longer hold
             self.controller.reset(target_changed=True)
+            self._load_kept()
             self._rollback_priced = None  # nor its rollback costs
             self._price_drafter()
 
@@ -299,11 +307,15 @@ class Engine:
             if self._stop or (not self.paused and self._queue.empty()):
                 return
 
-    def _measure_costs(self, run: Run) -> Iterator[Event]:
+    def _measure_costs(self, run: Run, full: bool = False) -> Iterator[Event]:
+        """Before adaptive K decides: on a KV target without a kept profile, nothing is
+        timed up front (TargetCosts.lazy: each size by the first verify that needs it);
+        `full` (warm_up, `specdash calibrate`) or a checkpoint target, whose rollback
+        must be priced, times every size now."""
         ctl, target = self.controller, self.target
         if not (self.settings.adaptive and ctl is not None):
             return
-        if self.drafter.name == "none":
+        if self.drafter.name == "none" and not full:
             # Adaptive is the default, also with --draft none: nothing can be drafted, so
             # measuring batch costs would only delay the first token. A drafter swapped in
             # later is measured before its first step (generate calls this every step).
@@ -318,7 +330,14 @@ class Engine:
                               "scaled by the one-token cost measured here (pinned: not calibrated)", t=E.now())
         # Fixed-K steps teach the controller batch costs, never what a rollback costs.
         price_rollback = strategy.kind == "checkpoint" and self._rollback_priced != (target, ctl)
-        if not (ctl.needs_costs() or price_rollback):
+        costs = ctl.target_costs()
+        if costs is not None and not pinned and strategy.kind == "kv" and not costs.lazy:
+            costs.lazy = True
+            if ctl.needs_costs() and not full:
+                yield NoticeEvent("info", "adaptive K: no kept cost profile for this machine and target: each batch "
+                                  "size is timed by the first verify that needs it (nothing up front)", t=E.now())
+        up_front = ctl.needs_costs() and (full or costs is None or not costs.lazy)
+        if not (up_front or price_rollback):
             return
         sizes = rules.cost_sizes(self._limits(), run.n_past, self.settings.k_max)
         t0 = time.perf_counter()
@@ -336,6 +355,32 @@ class Engine:
             yield NoticeEvent("info", f"adaptive K: a rejection here costs a restore ({cal.restore_ms:.2f} ms) and a "
                               f"replay ({', '.join(f'{n}: {v:.1f}' for n, v in cal.replay_ms.items())} ms); "
                               f"checkpoint {cal.save_ms:.2f} ms per drafting step", t=E.now())
+
+    # --- kept costs (issue 40) -----------------------------------------------------------
+    def _load_kept(self) -> None:
+        costs = self.controller.target_costs() if self.controller is not None else None
+        if self._store is None or costs is None or costs.pinned:
+            return
+        kept = self._store.load(self.target, self.settings.experts)
+        if isinstance(kept, str):
+            self._said.append(NoticeEvent("warning", kept, t=E.now()))
+        elif kept is not None and kept.verify_ms:
+            costs.load(kept.verify_ms, kept.samples)
+            self._said.append(NoticeEvent(
+                "info", f"adaptive K: batch costs from the kept profile {kept.where} ({kept.timings} timings "
+                f"of {len(kept.verify_ms)} sizes, saved {age_text(kept.age_s)} ago), refined as it runs", t=E.now()))
+
+    def save_costs(self) -> Iterator[Event]:
+        """Keep what this target's batch costs are known to be (after every run; a notice
+        only if the save failed)."""
+        costs = self.controller.target_costs() if self.controller is not None else None
+        if self._store is None or costs is None:
+            return
+        verify, samples = costs.export()
+        if verify:
+            failed = self._store.save(self.target, self.settings.experts, KeptCosts(verify, samples))
+            if failed:
+                yield NoticeEvent("warning", failed, t=E.now())
 
     def _run_settings(self, run: Run) -> EngineSettings:
         """The settings a step of `run` uses: the engine's, with the request's own on top.
@@ -517,6 +562,7 @@ class Engine:
         self.drafter.prefill(prompt)
         prefill_ms = (time.perf_counter() - t0) * 1e3
         yield PrefillEvent(len(prompt) - 1, prefill_ms, reused=reused, t=E.now())
+        yield from self._take_said()
 
         run = Run(list(prompt), len(prompt) - 1, max_tokens, calibrate=self.calibrate_steps, options=options,
                   rng=np.random.default_rng(options.seed) if options.seed is not None else None)
@@ -545,6 +591,7 @@ class Engine:
                 yield from self._measure_costs(run)  # adaptive switched on mid-run
             yield self.step(run)
         yield self._summary(run, prompt, prefill_ms, time.perf_counter() - decode_start)
+        yield from self.save_costs()
 
     def warm_up(self, prompt: Sequence[int]) -> Iterator[Event]:
         """Time the target's batch costs for adaptive K now, on `prompt`'s rows, rather
@@ -552,9 +599,22 @@ class Engine:
         ok). Its notices are the events; nothing when adaptive K has nothing to time."""
         if not (self.settings.adaptive and self.controller is not None) or len(prompt) < 2:
             return
+        yield from self._take_said()
         self.target.prefill_prompt(prompt[:-1])
         self._price_drafter()
-        yield from self._measure_costs(Run(list(prompt), len(prompt) - 1, 1))
+        yield from self._measure_costs(Run(list(prompt), len(prompt) - 1, 1), full=True)
+        yield from self.save_costs()
+
+    def calibrate(self, prompt: Sequence[int]) -> Iterator[Event]:
+        """Time every batch size now whatever is kept (`specdash calibrate`), and keep it."""
+        costs = self.controller.target_costs() if self.controller is not None else None
+        if costs is not None and not costs.pinned:
+            costs.forget()
+        yield from self.warm_up(prompt)
+
+    def _take_said(self) -> Iterator[Event]:
+        said, self._said = self._said, []
+        yield from said
 
     def _summary(self, run: Run, prompt: Sequence[int], prefill_ms: float, decode_s: float) -> Summary:
         run.text.append(run.utf8.decode(b"", final=True))

@@ -236,7 +236,7 @@ def describe_exit(returncode: int, stderr: str = "") -> str:
     return f"exit {returncode}" + (f": {last[:160]}" if last else "")
 
 
-def _cpu_identity() -> tuple[str, str]:
+def cpu_identity() -> tuple[str, str]:
     """(model name, sha1 of the flags) from /proc/cpuinfo; ("unknown", "") elsewhere."""
     name, flags = "unknown", ""
     try:
@@ -255,7 +255,7 @@ def _cpu_identity() -> tuple[str, str]:
 def cache_key() -> str:
     import llama_cpp
 
-    name, flags = _cpu_identity()
+    name, flags = cpu_identity()
     raw = f"{name}|{flags}|{llama_cpp.__version__}|{PROBE_VERSION}"
     return hashlib.sha1(raw.encode()).hexdigest()[:16]
 
@@ -270,7 +270,7 @@ def probe(*, child_argv: ChildArgv = _child_argv, timeout: float = PROBE_TIMEOUT
     from specdash.engine.repack_model import probe_model
 
     bufts = tuple(extra_bufts())
-    cpu = _cpu_identity()[0]
+    cpu = cpu_identity()[0]
     if not bufts:
         return Verdict("on", "auto", "probe", (), bufts, cpu)
     if progress:

@@ -16,9 +16,23 @@ s(1) this machine's, measured by the first plain step as usual, and no other siz
 or calibrated. It is how a test states which machine's curve a choice is made on (tests/
 fixtures/profiles): what adaptive K or auto picks is then a property of the code, not of
 the CPU the suite runs on, while the draft clock and acceptance stay real.
+
+Lazy (a cold start, no kept profile: the engine sets `lazy`): nothing is timed up front.
+A size beyond the largest measured one is priced pessimistically, as if each extra token
+cost a whole one-token step, so no draft pays on a guess. The controller also prices
+under `optimistic()` (beyond the largest measured size, no dearer than it: the cheapest
+any monotone curve could be); where a K would win there by a clear margin and not here,
+its batch is `explore`d once: that step verifies it, and the verify's own timing
+(observe) measures it. So each size is timed by the first real verify
+that needs it, a timing that also decodes tokens, and no size is ever taken on a guess
+twice. (Commit 89e04ea replaced a prior slope with up-front timing because decisions were
+made on the prior; here a guess only ever buys one measured step.)
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from specdash.engine.controller_settings import ControllerSettings
 
@@ -59,6 +73,9 @@ class TargetCosts:
         self._s1_at: dict[int, float] = {}
         self._cost_cache: dict[int, float] = {}  # step_cost(n) until the next measurement
         self._shape: dict[int, float] | None = None  # pin_shape's s(n) / s(1); kept by forget()
+        self.lazy = False  # a cold start: unmeasured sizes are timed when considered (docstring)
+        self._optimistic = False  # inside optimistic(): beyond the measured sizes, no dearer
+        self._explored: set[int] = set()  # sizes a step verified on hope, once each (explore)
 
     def pin_shape(self, verify_ms: dict[int, float]) -> None:
         """Fix the curve's shape to verify_ms's (ms per batch of n tokens on some machine,
@@ -80,6 +97,51 @@ class TargetCosts:
         self.rollback = None
         self._s1_at.clear()
         self._cost_cache.clear()
+        self._explored.clear()
+
+    # --- a cold start (lazy) --------------------------------------------------------------
+    @contextmanager
+    def optimistic(self) -> Iterator[None]:
+        """Price sizes beyond the measured ones at the cheapest they could be (the largest
+        measured size's cost) for the block: what would win if it were measured."""
+        if not self.lazy:
+            yield
+            return
+        self._optimistic, saved = True, self._cost_cache
+        self._cost_cache = {}
+        try:
+            yield
+        finally:
+            self._optimistic, self._cost_cache = False, saved
+
+    def explore(self, n: int) -> bool:
+        """A decision would take a batch of n tokens if it were as cheap as it could be:
+        whether to verify it once to find out (not when measured, or explored before)."""
+        if not self.lazy or self._shape is not None or self.measured(n) or n in self._explored:
+            return False
+        self._explored.add(n)
+        return True
+
+    def exploring(self, n: int) -> bool:
+        """Whether n was explored and is not measured yet (its step is about to run)."""
+        return n in self._explored and not self.measured(n)
+
+    # --- kept between runs (a cost profile) -----------------------------------------------
+    def export(self) -> tuple[dict[int, float], dict[int, int]]:
+        """(ms per measured batch size, at today's one-token cost; samples behind each):
+        what a kept profile stores. Empty under a pinned shape (not this machine's)."""
+        if self._shape is not None:
+            return {}, {}
+        sizes = sorted(n for n, e in self._step_cost.items() if e.count)
+        return {n: self.known_cost(n) for n in sizes}, {n: self._step_cost[n].count for n in sizes}
+
+    def load(self, ms: dict[int, float], samples: dict[int, int]) -> None:
+        """A kept profile's costs, each weighing its sample count (capped like the fit's
+        weights): one run's noise moves a well-measured size little, a new load quickly
+        (the one-token scaling, see the module docstring)."""
+        self.seed_costs(ms)
+        for n in ms:
+            self._step_cost[n].count = max(1, min(samples.get(n, 1), self.settings.fit_weight_cap))
 
     # --- measurements -------------------------------------------------------------------
     def needs_costs(self) -> bool:
@@ -139,6 +201,22 @@ class TargetCosts:
         return cost
 
     def _estimate_cost(self, n: int) -> float | None:
+        cost = self._curve_cost(n)
+        if cost is None or not self.lazy or self._shape is not None:
+            return cost
+        sizes = [m for m, e in self._step_cost.items() if e.count]
+        top = max(sizes)
+        if n <= top:
+            return cost
+        # Beyond what was measured: optimistic, no dearer than the largest measured size;
+        # else pessimistic, each extra token a whole one-token step (so it never wins
+        # untimed). consider() is how a size gets out of here.
+        if self._optimistic:
+            return self._curve_cost(top)
+        s1 = self._curve_cost(1) if 1 in sizes else None
+        return (self._curve_cost(top) or 0.0) + (n - top) * (s1 or cost / n)
+
+    def _curve_cost(self, n: int) -> float | None:
         e1 = self._step_cost.get(1)
         s1 = e1.value if e1 is not None and e1.count else 0.0
         if self._shape is not None:

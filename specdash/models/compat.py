@@ -17,6 +17,9 @@ The rules run on a `Vocab`, which comes from one of two places:
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +27,7 @@ from typing import Any
 
 from specdash.errors import SpecdashError
 from specdash.gguf_header import GGUFArray, read_string_array
+from specdash.paths import cache_dir
 
 # Same constants as llama.cpp's speculative.cpp.
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128
@@ -350,9 +354,54 @@ def evaluate_rules(tgt: Vocab, dft: Vocab) -> list[Rule]:
 
 
 def check_pair(target_path: str | Path, draft_path: str | Path) -> CompatReport:
-    """All four rules on the vocabularies as llama.cpp loads them."""
+    """All four rules on the vocabularies as llama.cpp loads them. Reading two vocabularies
+    costs ~0.6 s for the default pair, paid before the first token of every default run:
+    so a verdict is kept per pair of files (path, size, mtime) in $SPECDASH_CACHE/compat."""
     target_path, draft_path = Path(target_path), Path(draft_path)
+    kept = _kept_verdict(target_path, draft_path)
+    if kept is not None:
+        return kept
     tgt, dft = vocab_from_llama(target_path), vocab_from_llama(draft_path)
     rules = evaluate_rules(tgt, dft)
     translatable = not all(r.passed for r in rules) and translation_applies(tgt, dft)
-    return CompatReport(target_path, draft_path, rules, translatable)
+    report = CompatReport(target_path, draft_path, rules, translatable)
+    _keep_verdict(report)
+    return report
+
+
+def _verdict_file(target: Path, draft: Path) -> Path | None:
+    import llama_cpp
+
+    try:
+        ids = [f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in (target, draft)]
+    except OSError:
+        return None
+    raw = "|".join([*ids, llama_cpp.__version__, str(SPEC_VOCAB_MAX_SIZE_DIFFERENCE)])
+    return cache_dir() / "compat" / f"{hashlib.sha1(raw.encode()).hexdigest()[:20]}.json"
+
+
+def _kept_verdict(target: Path, draft: Path) -> CompatReport | None:
+    path = _verdict_file(target, draft)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else None
+        if doc is None:
+            return None
+        rules = [Rule(str(r["name"]), bool(r["passed"]), str(r["evidence"])) for r in doc["rules"]]
+        return CompatReport(target, draft, rules, bool(doc["translatable"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # unreadable: checked again, and kept anew
+
+
+def _keep_verdict(report: CompatReport) -> None:
+    path = _verdict_file(report.target, report.draft)
+    if path is None:
+        return
+    doc = {"rules": [{"name": r.name, "passed": r.passed, "evidence": r.evidence} for r in report.rules],
+           "translatable": report.translatable}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(doc), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache: checked again next time

@@ -22,6 +22,20 @@ A profile is a TOML file:
     ms_per_token = 9.0              # one head decode (a drafted token)
     batch_ms_per_token = 0.5        # per committed token fed to the head in a batch
 
+A profile a run keeps (specdash/costs/store.py) adds what says whose costs they are:
+
+    measured = 2026-11-28T07:30:00Z # when it was last saved (a TOML date-time)
+    [key]                           # what the costs depend on (costs/key.py); strings and integers
+    cpu = "AMD EPYC"
+    threads = 2
+    [samples]                       # timings behind each [verify_ms] point
+    1 = 412
+    5 = 8
+    [draft_models]                  # ms per drafted token, by draft model
+    "qwen2.5-coder-0.5b" = 21.5
+
+whatif reads all of it and simulates with [verify_ms] and [draft] as in any profile.
+
 Without [mtp] the head is priced from its share of the target's weights (the relative
 cost the session gives it): a head decode at that share of a one-token step, a fed token
 at that share of what one more token adds to a target batch.
@@ -35,6 +49,7 @@ from __future__ import annotations
 import math
 import tomllib
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -42,7 +57,8 @@ from typing import Any
 from specdash.errors import SpecdashError
 
 BUILTIN = ("epyc-32b", "gpu-like", "ci-box")  # shipped in specdash/whatif/profiles/
-_TOP = {"name", "note", "step_overhead_ms", "verify_ms", "draft", "checkpoint", "mtp"}
+_TOP = {"name", "note", "step_overhead_ms", "verify_ms", "draft", "checkpoint", "mtp",
+        "measured", "key", "samples", "draft_models"}
 _DRAFT = {"ms_per_token", "pair_ms", "batch_ms_per_token", "relative_cost", "free_ms"}
 _CHECKPOINT = {"restore_ms", "replay_ms_per_token"}
 _MTP = {"ms_per_token", "batch_ms_per_token"}
@@ -67,6 +83,11 @@ class Profile:
     mtp_batch_ms: float | None = None  # per token fed to the head in a batch
     note: str = ""
     source: str = ""  # where it was read from ("here" when measured now)
+    # What a kept profile adds (specdash/costs): when, for whom, how many timings.
+    measured: datetime | None = None
+    key: dict[str, str | int] = field(default_factory=dict)
+    samples: dict[int, int] = field(default_factory=dict)
+    draft_models: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # measured context, for the report
 
     def verify_ms(self, n: int) -> float:
@@ -114,7 +135,10 @@ class Profile:
 
     def to_toml(self) -> str:
         lines = [f"name = {_q(self.name)}", f"note = {_q(self.note)}",
-                 f"step_overhead_ms = {self.overhead_ms:.4f}", "", "[verify_ms]"]
+                 f"step_overhead_ms = {self.overhead_ms:.4f}"]
+        if self.measured is not None:  # a top-level key: before the first table
+            lines.append(f"measured = {self.measured.astimezone(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')}")
+        lines += ["", "[verify_ms]"]
         lines += [f"{n} = {v:.4f}" for n, v in sorted(self.verify.items())]
         lines += ["", "[draft]", f"ms_per_token = {self.draft_ms:.4f}"]
         for key, value in (("pair_ms", self.pair_ms), ("batch_ms_per_token", self.batch_ms),
@@ -128,7 +152,19 @@ class Profile:
             lines += ["", "[mtp]", f"ms_per_token = {self.mtp_ms:.4f}"]
             if self.mtp_batch_ms is not None:
                 lines.append(f"batch_ms_per_token = {self.mtp_batch_ms:.4f}")
+        lines += self._kept_toml()
         return "\n".join(lines) + "\n"
+
+    def _kept_toml(self) -> list[str]:
+        lines: list[str] = []
+        if self.key:
+            lines += ["", "[key]"]
+            lines += [f"{k} = {v}" if isinstance(v, int) else f"{k} = {_q(str(v))}" for k, v in self.key.items()]
+        if self.samples:
+            lines += ["", "[samples]", *(f"{n} = {c}" for n, c in sorted(self.samples.items()))]
+        if self.draft_models:
+            lines += ["", "[draft_models]", *(f"{_q(m)} = {v:.4f}" for m, v in sorted(self.draft_models.items()))]
+        return lines
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "note": self.note, "source": self.source,
@@ -137,7 +173,10 @@ class Profile:
                 "relative_cost": self.relative_cost, "free_ms": self.free_ms,
                 "step_overhead_ms": self.overhead_ms, "restore_ms": self.restore_ms,
                 "replay_ms_per_token": self.replay_ms, "mtp_ms_per_token": self.mtp_ms,
-                "mtp_batch_ms_per_token": self.mtp_batch_ms, **self.extra}
+                "mtp_batch_ms_per_token": self.mtp_batch_ms,
+                **({"measured": self.measured.isoformat(), "key": self.key,
+                    "samples": {str(n): c for n, c in sorted(self.samples.items())}} if self.measured else {}),
+                **self.extra}
 
 
 def _q(text: str) -> str:
@@ -196,6 +235,19 @@ def parse_profile(text: str, where: str) -> Profile:
         raise SpecdashError(f"{where}: mtp must be a table [mtp] with keys {', '.join(sorted(_MTP))}")
     _unknown(where, "mtp", mtp, _MTP)
 
+    measured = doc.get("measured")
+    if measured is not None and not (isinstance(measured, datetime) and measured.tzinfo is not None):
+        raise SpecdashError(f"{where}: measured = {measured!r}: must be a TOML date-time with a zone, "
+                            "like 2026-11-28T07:30:00Z")
+    key = doc.get("key", {})
+    if not isinstance(key, dict) or not all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in key.values()):
+        raise SpecdashError(f"{where}: [key] must be a table of strings and integers (what the costs depend on)")
+    samples = _counts(where, doc.get("samples", {}), verify)
+    models = doc.get("draft_models", {})
+    if not isinstance(models, dict):
+        raise SpecdashError(f"{where}: draft_models must be a table [draft_models] of model = ms per drafted token")
+    draft_models = {str(m): _number(where, f"[draft_models] {m}", v, positive=True) for m, v in models.items()}
+
     def opt(table: dict[str, Any], tname: str, key: str) -> float | None:
         return None if key not in table else _number(where, f"[{tname}] {key}", table[key])
 
@@ -212,7 +264,22 @@ def parse_profile(text: str, where: str) -> Profile:
         mtp_ms=opt(mtp, "mtp", "ms_per_token"),
         mtp_batch_ms=opt(mtp, "mtp", "batch_ms_per_token"),
         source=where,
+        measured=measured, key=dict(key), samples=samples, draft_models=draft_models,
     )
+
+
+def _counts(where: str, table: Any, verify: dict[int, float]) -> dict[int, int]:
+    """[samples]: a count >= 1 for points of [verify_ms]."""
+    if not isinstance(table, dict):
+        raise SpecdashError(f"{where}: samples must be a table [samples] of batch size = timings")
+    out = {}
+    for k, v in table.items():
+        if not k.isdigit() or int(k) not in verify:
+            raise SpecdashError(f"{where}: [samples] key {k!r}: must be a batch size of [verify_ms]")
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise SpecdashError(f"{where}: [samples] {k} = {v!r}: must be a count >= 1")
+        out[int(k)] = v
+    return out
 
 
 def load_profile(spec: str) -> Profile:
