@@ -206,13 +206,13 @@ def test_the_exporter_has_a_gauge_per_rule() -> None:
     finally:
         exporter.close()
     lines = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
-             if line.startswith("specdash:health")}
+             if line.startswith("specdash_health")}
     labels = 'engine="0",model_name="smollm2-135m"'
-    assert lines[f"specdash:health_acceptance_collapse{{{labels}}}"] == 1.0
+    assert lines[f"specdash_health_acceptance_collapse{{{labels}}}"] == 1.0
     for rule in ("acceptance_repetition", "decode_stall", "speculation_not_paying"):
-        assert lines[f"specdash:health_{rule}{{{labels}}}"] == 0.0
-    assert lines[f'specdash:health_verdict{{{labels},verdict="collapse"}}'] == 1.0
-    assert lines[f'specdash:health_verdict{{{labels},verdict="healthy"}}'] == 0.0
+        assert lines[f"specdash_health_{rule}{{{labels}}}"] == 0.0
+    assert lines[f'specdash_health_verdict{{{labels},verdict="collapse"}}'] == 1.0
+    assert lines[f'specdash_health_verdict{{{labels},verdict="healthy"}}'] == 0.0
     # Another specdash attached to it reads it as a healthy scrape (no bad reading).
     from specdash.remote.metrics import parse
 

@@ -63,8 +63,9 @@ KNOWN = [
     "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_per_pos_total",
     "vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:time_to_first_token_seconds_bucket",
     "vllm:inter_token_latency_seconds_bucket",
-    "specdash:generation_tokens_total", "specdash:num_speculative_tokens", "specdash:decode_steps_total",
-    "specdash:model_info", "process_start_time_seconds",
+    "specdash_generation_tokens_total", "specdash_num_speculative_tokens", "specdash_decode_steps_total",
+    "specdash_model_info", "process_start_time_seconds",
+    "specdash:generation_tokens_total", "specdash:decode_steps_total", "specdash_build_info",
 ]
 VALUES = st.one_of(
     st.sampled_from(["NaN", "+Inf", "-Inf", "inf", "-5", "1e308", "0", "-0", "1e-320", "9007199254740993",

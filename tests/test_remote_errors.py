@@ -70,7 +70,7 @@ def test_llama_server_without_metrics() -> None:
 def test_metrics_of_something_else() -> None:
     canned = Canned({"/metrics": text("# TYPE go_goroutines gauge\ngo_goroutines 12\n")})
     with ReplayServer(canned) as srv:
-        one_error_line(attach(srv.url, "--once"), srv.url + "/metrics", "llamacpp:, vllm: or specdash:")
+        one_error_line(attach(srv.url, "--once"), srv.url + "/metrics", "llamacpp:, vllm:, specdash_ or specdash:")
 
 
 def test_once_exits_2_only_when_no_server_answered() -> None:

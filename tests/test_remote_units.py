@@ -255,8 +255,8 @@ def test_exporter_is_read_back_by_attach() -> None:
                                 acceptance_rate=7 / 12, mean_accepted_length=1 + 7 / 3, tokens_per_s=1, prefill_tokens_per_s=1,
                                 prefill_ms=1, decode_s=1, draft_ms=1, verify_ms=1, other_ms=0, steps=4))
         body = httpx.get(exporter.url + "/metrics").text
-        assert 'specdash:spec_decode_num_drafts_total{engine="0",model_name="qwen2.5-coder-1.5b"} 3.0' in body
-        assert 'specdash:request_success_total{engine="0",finished_reason="length",model_name="qwen2.5-coder-1.5b"} 1.0' in body
+        assert 'specdash_spec_decode_num_drafts_total{engine="0",model_name="qwen2.5-coder-1.5b"} 3.0' in body
+        assert 'specdash_request_success_total{engine="0",finished_reason="length",model_name="qwen2.5-coder-1.5b"} 1.0' in body
         assert 'model_name="specdash"' not in body  # the placeholder before the first settings is gone
 
         source = RemoteSource(exporter.url)

@@ -284,8 +284,8 @@ def _metric(url: str, name: str, labels: str = "") -> float:
 
 def test_a_client_that_leaves_mid_stream_stops_generation(server, client):
     url = server[0]
-    aborted = _metric(url, "specdash:request_success_total", 'finished_reason="abort"')
-    generated = _metric(url, "specdash:generation_tokens_total")
+    aborted = _metric(url, "specdash_request_success_total", 'finished_reason="abort"')
+    generated = _metric(url, "specdash_generation_tokens_total")
     body = {"messages": [{"role": "user", "content": "Count from 1 to 500, one number per line."}],
             "max_tokens": 600, "temperature": 0, "stream": True}
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as r:
@@ -300,11 +300,11 @@ def test_a_client_that_leaves_mid_stream_stops_generation(server, client):
     assert ok.usage.completion_tokens >= 1
     assert time.monotonic() - t0 < 30
     deadline = time.monotonic() + 10
-    while _metric(url, "specdash:request_success_total", 'finished_reason="abort"') < aborted + 1:
+    while _metric(url, "specdash_request_success_total", 'finished_reason="abort"') < aborted + 1:
         assert time.monotonic() < deadline, "the abandoned request was never ended as aborted"
         time.sleep(0.1)
     # It stopped within a few steps of the client leaving, far short of its 600 tokens.
-    assert _metric(url, "specdash:generation_tokens_total") - generated < 300
+    assert _metric(url, "specdash_generation_tokens_total") - generated < 300
 
 
 def test_models_health_metrics_props_and_slots(server):
@@ -313,8 +313,8 @@ def test_models_health_metrics_props_and_slots(server):
     assert models["object"] == "list" and models["data"][0]["id"] == "smollm2-135m"
     assert httpx.get(url + "/health", timeout=10).json() == {"status": "ok"}
     text = httpx.get(url + "/metrics", timeout=10).text
-    for name in ("specdash:num_requests_waiting", "specdash:num_requests_running",
-                 "specdash:spec_decode_num_draft_tokens_total", "specdash:generation_tokens_total"):
+    for name in ("specdash_num_requests_waiting", "specdash_num_requests_running",
+                 "specdash_spec_decode_num_draft_tokens_total", "specdash_generation_tokens_total"):
         assert name in text, name
     props = httpx.get(url + "/props", timeout=10).json()
     assert props["default_generation_settings"]["n_ctx"] == CTX

@@ -139,3 +139,11 @@ def stderr_progress() -> Callable[[str, float | None], None]:
         last["phase"], last["decile"] = phase, decile
 
     return progress
+
+
+def add_metrics_names(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--metrics-names: the exporter's naming (metrics_exporter.NAMINGS)."""
+    parser.add_argument("--metrics-names", choices=("specdash", "vllm"), default="specdash",
+                        help="Prometheus series names: specdash (specdash_..., Prometheus' rules; the default) or "
+                        "vllm (vLLM's own vllm:... names for the series vLLM has, so vLLM's Grafana boards "
+                        "read them; specdash's own series stay specdash_...)")

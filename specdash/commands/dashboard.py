@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from specdash.config import UI_LIMIT, Config, UISettings
-from specdash.commands.common import add_engine_arguments, add_prompt_arguments, limit_type, load_settings, read_prompt
+from specdash.commands.common import (add_engine_arguments, add_metrics_names, add_prompt_arguments, limit_type,
+                                      load_settings, read_prompt)
 from specdash.engine.settings import EngineSettings
 from specdash.errors import SpecdashError
 from specdash.sources.embedded import Progress
@@ -43,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--record", metavar="FILE",
                    help="record the session (every event, telemetry included) for `specdash replay`")
     g.add_argument("--metrics-port", type=int, metavar="N",
-                   help="serve Prometheus metrics (vLLM names, specdash: prefix) on 127.0.0.1:N")
+                   help="serve Prometheus metrics (vLLM's series, specdash_ names) on 127.0.0.1:N")
+    add_metrics_names(g)
 
 
 def parse_window(text: str) -> float:
@@ -95,7 +97,7 @@ def attach_outputs(app: SpecdashApp, args: argparse.Namespace, record_dir: str |
     if port is not None:
         from specdash.metrics_exporter import MetricsExporter
 
-        exporter = MetricsExporter(port)
+        exporter = MetricsExporter(port, names=getattr(args, "metrics_names", "specdash"))
         app.add_listener(exporter.feed)
         app.on_exit_callbacks.append(exporter.close)
 

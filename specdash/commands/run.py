@@ -11,7 +11,8 @@ from pathlib import Path
 
 from specdash import events as E
 from specdash.commands_registry import SCHEDULE_SYNTAX
-from specdash.commands.common import add_engine_arguments, add_prompt_arguments, load_settings, read_prompt, stderr_progress
+from specdash.commands.common import (add_engine_arguments, add_metrics_names, add_prompt_arguments, load_settings,
+                                      read_prompt, stderr_progress)
 from specdash.events import StepEvent, Summary, to_dict
 from specdash.health import HealthMonitor, in_order
 
@@ -40,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--record", metavar="FILE", help="write the whole event stream to FILE (JSON lines "
                    "with a header: models, machine) for `specdash replay`")
     p.add_argument("--metrics-port", type=int, metavar="N",
-                   help="serve Prometheus metrics (vLLM names, specdash: prefix) on 127.0.0.1:N while running")
+                   help="serve Prometheus metrics (vLLM's series, specdash_ names) on 127.0.0.1:N while running")
+    add_metrics_names(p)
     p.set_defaults(func=run)
 
 
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port is not None:
         from specdash.metrics_exporter import MetricsExporter
 
-        exporter = MetricsExporter(args.metrics_port)
+        exporter = MetricsExporter(args.metrics_port, names=args.metrics_names)
         sinks.append(exporter.feed)
         closers.append(exporter.close)
         print(f"metrics on {exporter.url}", file=sys.stderr)

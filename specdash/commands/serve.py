@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Any
 
-from specdash.commands.common import add_engine_arguments, load_settings, stderr_progress
+from specdash.commands.common import add_engine_arguments, add_metrics_names, load_settings, stderr_progress
 from specdash.engine.settings import LIMIT
 from specdash.errors import SpecdashError
 
@@ -47,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--record", metavar="FILE", help="record every event for `specdash replay`")
     g.add_argument("--theme", metavar="NAME", help="dashboard colour theme (as `specdash --theme`)")
     g.add_argument("--screenshots", metavar="DIR", help="folder for `s` screenshots")
+    add_metrics_names(g)
     p.set_defaults(func=run)
 
 
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if "ctx" not in vars(args) and settings.ctx == LIMIT["ctx"].default:
         settings = settings.replace(ctx=SERVE_CTX)
     queue = ServeQueue()
-    exporter = MetricsExporter(None)
+    exporter = MetricsExporter(None, names=args.metrics_names)
     sources: list[Any] = []
 
     def send(cmd: Any) -> None:

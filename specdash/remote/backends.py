@@ -26,7 +26,8 @@ model_name and engine (summed over engines):
     histos    time_to_first_token_seconds, inter_token_latency_seconds
               (time_per_output_token_seconds before it)
 
-specdash (specdash/metrics_exporter.py): vLLM's names under `specdash:`.
+specdash (specdash/metrics_exporter.py): vLLM's names under `specdash_` (`specdash:` before issue 42), or
+vLLM's own `vllm:` names beside `specdash_build_info` (--metrics-names vllm).
 """
 
 from __future__ import annotations
@@ -270,20 +271,29 @@ def vllm_snapshot(scrape: Scrape) -> VllmSnapshot:
     )
 
 
+def specdash_prefixes(scrape: Scrape) -> tuple[str, str]:
+    """(prefix of the series vLLM has too, prefix of specdash's own) in this exposition:
+    `specdash:` for both before issue 42; now `specdash_`, or `vllm:` for the shared ones
+    under --metrics-names vllm."""
+    if any(name.startswith("specdash:") for name in scrape.names()):
+        return "specdash:", "specdash:"
+    return ("vllm:" if scrape.has("vllm:generation_tokens_total") else "specdash_"), "specdash_"
+
+
 def specdash_snapshot(scrape: Scrape) -> SpecdashSnapshot:
-    p = "specdash:"
+    p, own = specdash_prefixes(scrape)
     c = Counters()
     c.tokens = scrape.value(p + "generation_tokens_total", 0.0) or 0.0
     c.prompt_tokens = scrape.value(p + "prompt_tokens_total", 0.0) or 0.0
     notes: list[str] = []
     _spec(scrape, p, c, notes)
-    steps = scrape.value(p + "decode_steps_total")
+    steps = scrape.value(own + "decode_steps_total")
     c.steps = steps if steps is not None else max(0.0, c.tokens - c.num_accepted_tokens)
     c.raw.update(tokens=c.tokens, prompt_tokens=c.prompt_tokens)
-    info = scrape.get(p + "model_info")
+    info = scrape.get(own + "model_info")
     model = info[0].labels.get("target", "") if info else ""
     drafter = info[0].labels.get("drafter", "") if info else ""
-    k = scrape.value(p + "num_speculative_tokens")
+    k = scrape.value(own + "num_speculative_tokens")
     start = scrape.value("process_start_time_seconds")
     return SpecdashSnapshot(
         backend="specdash", counters=c, model=model,

@@ -22,11 +22,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from specdash.limits import K_CAP
 
 # Backends by the prefix of their metric names, in detection order.
-BACKEND_PREFIXES: dict[str, str] = {
-    "llamacpp": "llamacpp:",
-    "vllm": "vllm:",
-    "specdash": "specdash:",
+BACKEND_PREFIXES: dict[str, tuple[str, ...]] = {
+    "llamacpp": ("llamacpp:",),
+    "vllm": ("vllm:",),
+    "specdash": ("specdash_", "specdash:"),  # specdash: before issue 42; a fleet mixes versions
 }
+# A specdash exporting vLLM's names (--metrics-names vllm) says so here: it is no vLLM.
+SPECDASH_BUILD = "specdash_build_info"
 
 
 class NotMetricsError(ValueError):
@@ -132,10 +134,12 @@ class Scrape:
 
     def backend(self) -> str | None:
         """llamacpp | vllm | specdash by metric prefix, or None when none is present."""
+        if SPECDASH_BUILD in self.samples:
+            return "specdash"
         counts = {b: 0 for b in BACKEND_PREFIXES}
         for name in self.samples:
-            for backend, prefix in BACKEND_PREFIXES.items():
-                if name.startswith(prefix):
+            for backend, prefixes in BACKEND_PREFIXES.items():
+                if name.startswith(prefixes):
                     counts[backend] += 1
         best = max(counts, key=lambda b: counts[b])
         return best if counts[best] else None
@@ -151,7 +155,7 @@ KEEP = (
     "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
     "vllm:gpu_cache_usage_perc", "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
     "vllm:time_per_output_token_seconds",
-    "specdash:",
+    "specdash:", "specdash_",
     "process_start_time_seconds",
 )
 _KEEP_TYPES = tuple(f"# TYPE {prefix}" for prefix in KEEP)

@@ -164,7 +164,7 @@ class ServerWatch:
             backend = scrape.backend()
             if backend is None:
                 raise RemoteError("unknown_backend", f"{self.url}/metrics: Prometheus metrics, but none "
-                                  f"named llamacpp:, vllm: or specdash:; is this an inference server?")
+                                  f"named llamacpp:, vllm:, specdash_ or specdash:; is this an inference server?")
             bad = scrape.bad_reading()
             if bad is not None:
                 raise RemoteError("bad_reading", f"{self.url}/metrics: bad reading {bad}: a count must be a "
