@@ -56,6 +56,9 @@ class UISettings:
     prompt_file: str | None = None  # mutually exclusive with prompt
     record_dir: str | None = None  # set: every dashboard session and run is recorded here
     model_dirs: list[str] = field(default_factory=list)  # where `models scan` and `d` look for GGUFs
+    # False: the dashboards leave the mouse to the terminal, so its own text selection works
+    # (k9s made mouse support opt-in after it broke selection).
+    mouse: bool = True
 
 
 @dataclass(slots=True)
@@ -63,6 +66,8 @@ class Config:
     engine: EngineSettings = field(default_factory=EngineSettings)
     ui: UISettings = field(default_factory=UISettings)
     health: HealthThresholds = field(default_factory=HealthThresholds)
+    # [keys]: binding id -> key names (tui/keymap.py checks both before a dashboard starts).
+    keys: dict[str, str] = field(default_factory=dict)
 
 
 # The dashboard's own keys. The engine's come from engine.settings.LIMITS: one table, so
@@ -77,6 +82,8 @@ UI_LIMITS: tuple[Limit, ...] = (
     Limit("ui", "screenshots_dir", str, "~/specdash-screenshots", "where `s` saves screenshots"),
     Limit("ui", "record_dir", str, None, "record every session here (JSON lines)", optional=True),
     Limit("models", "model_dirs", list, [], "folders of GGUF files to scan for drafts"),
+    Limit("ui", "mouse", bool, True, "let the dashboards use the mouse (false: the terminal's own text "
+          "selection works)"),
 )
 UI_LIMIT: dict[str, Limit] = {k.name: k for k in UI_LIMITS}
 # [health]: the speculation health rules' thresholds (specdash/health.py HealthThresholds).
@@ -212,9 +219,16 @@ def load_config(path: Path | str | None) -> Config:
             else:
                 hint = f"keys belong in a section: {', '.join(f'[{s}]' for s in SECTIONS)}"
             raise SpecdashError(f"{path}: top-level key {section} = {_show(table)}: {hint}")
+        if section == "keys":  # binding ids are the dashboards' to check (tui/keymap.py)
+            for name, value in table.items():
+                if not isinstance(value, str):
+                    raise SpecdashError(f"{path}: [keys] {name} = {_show(value)}: must be key names in a string, "
+                                        'comma-separated (e.g. "f1" or "u,plus")')
+            config.keys = dict(table)
+            continue
         if section not in SECTIONS:
             close = difflib.get_close_matches(section, SECTIONS, n=1)
-            valid = ", ".join(f"[{s}]" for s in SECTIONS)
+            valid = ", ".join(f"[{s}]" for s in (*SECTIONS, "keys"))
             hint = f"did you mean [{close[0]}]?" if close else f"valid: {valid}"
             raise SpecdashError(f"{path}: unknown section [{section}]: {hint}")
         for name, value in table.items():
@@ -254,6 +268,8 @@ def to_toml(config: Config) -> dict[str, dict[str, Any]]:
             value = getattr(config.ui, key.name) if key.name in _UI_NAMES else flat[key.name]
         if value is not None:
             doc.setdefault(key.section, {})[key.name] = value
+    if config.keys:
+        doc["keys"] = dict(config.keys)
     return doc
 
 

@@ -363,9 +363,11 @@ def _recorder(args: argparse.Namespace, sources: list[Any]) -> Any:
 
 
 def open_dashboard(sources: list[Any], args: argparse.Namespace) -> int:
+    from specdash.commands.common import ui_prefs
     from specdash.tui.terminal import run_app
 
-    return run_app(dashboard_app(sources, args))
+    keymap, mouse = ui_prefs(args)
+    return run_app(dashboard_app(sources, args), keymap, mouse)
 
 
 def dashboard_app(sources: list[Any], args: argparse.Namespace) -> Any:

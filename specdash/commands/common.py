@@ -147,3 +147,20 @@ def add_metrics_names(parser: argparse.ArgumentParser | argparse._ArgumentGroup)
                         help="Prometheus series names: specdash (specdash_..., Prometheus' rules; the default) or "
                         "vllm (vLLM's own vllm:... names for the series vLLM has, so vLLM's Grafana boards "
                         "read them; specdash's own series stay specdash_...)")
+
+
+def ui_prefs(args: argparse.Namespace, config: Any = None) -> tuple[dict[str, str], bool]:
+    """(keymap, mouse) for a dashboard: the config's [keys], checked against the bindings
+    (a bad id or key is a one-line error, exit 2), and [ui] mouse. `config`: already loaded."""
+    from specdash.tui.keymap import check_keymap
+
+    if config is None:
+        config = load_settings(args) if hasattr(args, "config") else _default_config()
+    return check_keymap(config.keys), config.ui.mouse
+
+
+def _default_config() -> Any:
+    from specdash.config import Config, find_config_path, load_config
+
+    path = find_config_path(None)
+    return load_config(path) if path else Config()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specdash.config import UI_LIMIT, Config, UISettings
 from specdash.commands.common import (add_engine_arguments, add_metrics_names, add_prompt_arguments, limit_type,
-                                      load_settings, read_prompt)
+                                      load_settings, read_prompt, ui_prefs)
 from specdash.engine.settings import EngineSettings
 from specdash.errors import SpecdashError
 from specdash.sources.embedded import Progress
@@ -125,6 +125,7 @@ def launch(args: argparse.Namespace, config: Config, prompt: str | None,
 
     theme = getattr(args, "theme", None) or config.ui.theme
     check_theme(theme)
+    keymap, mouse = ui_prefs(args, config)  # a bad [keys] entry: one line, before anything loads
     options = DashboardOptions(
         settings=config.engine,
         prompt=prompt,
@@ -154,7 +155,7 @@ def launch(args: argparse.Namespace, config: Config, prompt: str | None,
     # thread renders a frame it would wait up to the default 5 ms switch interval, with
     # the CPU cores idle. 0.5 ms makes that wait negligible (a frame costs ~20 ms).
     sys.setswitchinterval(0.0005)
-    code = run_app(app)
+    code = run_app(app, keymap, mouse)
     engine = app.engine_thread
     if engine is not None and engine.is_alive():
         # Stop was sent; a step in progress ends within ~0.2 s on an idle machine and the

@@ -46,17 +46,20 @@ def run(args: argparse.Namespace) -> int:
         return 0
     theme = args.theme or "specdash-dark"
     shots = args.screenshots or "~/specdash-screenshots"
+    from specdash.commands.common import ui_prefs
     from specdash.tui.terminal import run_app
+
+    keymap, mouse = ui_prefs(args)
 
     if len(recordings) == 2:
         from specdash.tui.compare import CompareApp
 
-        return run_app(CompareApp(recordings[0], recordings[1], theme=theme, screenshots_dir=shots))
+        return run_app(CompareApp(recordings[0], recordings[1], theme=theme, screenshots_dir=shots), keymap, mouse)
     from specdash.tui.app import DashboardOptions, SpecdashApp
 
     options = DashboardOptions(theme=theme, screenshots_dir=shots)
     app = SpecdashApp(options, source_factory=replay_factory(recordings[0], args.speed), local_telemetry=False)
-    return run_app(app)
+    return run_app(app, keymap, mouse)
 
 
 def replay_factory(rec: Recording, speed: float) -> SourceFactory:

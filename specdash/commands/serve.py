@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Any
 
-from specdash.commands.common import add_engine_arguments, add_metrics_names, load_settings, stderr_progress
+from specdash.commands.common import add_engine_arguments, add_metrics_names, load_settings, stderr_progress, ui_prefs
 from specdash.engine.settings import LIMIT
 from specdash.errors import SpecdashError
 
@@ -160,6 +160,7 @@ def _dashboard(args: argparse.Namespace, config: Any, settings: Any, queue: Any,
     from specdash.tui.app import DashboardOptions, SpecdashApp
     from specdash.tui.terminal import run_app
 
+    keymap, mouse = ui_prefs(args, config)
     options = DashboardOptions(
         settings=settings, prompt=None, workload=[], theme=args.theme or config.ui.theme,
         refresh=config.ui.refresh, screenshots_dir=args.screenshots or config.ui.screenshots_dir,
@@ -177,7 +178,7 @@ def _dashboard(args: argparse.Namespace, config: Any, settings: Any, queue: Any,
     app.add_listener(link.feed)
     attach_outputs(app, args, config.ui.record_dir)
     sys.setswitchinterval(0.0005)  # as the dashboard: the engine thread gets the GIL back at once
-    code = run_app(app)
+    code = run_app(app, keymap, mouse)
     engine = app.engine_thread
     if engine is not None and engine.is_alive():
         engine.join(QUIT_GRACE_S)

@@ -40,7 +40,7 @@ from specdash.commands_registry import COMMANDS
 from specdash.sources.base import Outbox, Source
 from specdash.sources.embedded import EmbeddedSource, PromptQueue, SessionFactory, WorkItem
 from specdash.telemetry import Hint
-from specdash.tui.controls import control, controls, footer_state, why_unavailable
+from specdash.tui.controls import Control, control, controls, footer_state, why_unavailable
 from specdash.tui.panels import (
     AcceptancePanel,
     CpuPanel,
@@ -460,8 +460,21 @@ class DashboardBase(App[int]):
                 yield command
         for c in controls():
             if c.action != "quit" and not self.why_unavailable(c.action):
-                title = f"{c.description[0].upper()}{c.description[1:]} ({c.key})"
+                title = f"{c.description[0].upper()}{c.description[1:]} ({self.key_shown(c)})"
                 yield SystemCommand(title, "", getattr(self, f"action_{c.action}"))
+
+    def key_shown(self, c: Control) -> str:
+        """The control's keys as the help and the palette show them: the [keys] table's
+        where it remaps the control's binding (tui/keymap.py), else the registry's."""
+        binding_id = f"{c.command}.{c.action}" if c.command else next(
+            (b.id for b in self._bindings_of_app() if b.action == c.action and b.id), None)
+        keys = self._keymap.get(binding_id or "")
+        if not keys:
+            return c.key
+        return ", ".join(self.get_key_display(Binding(k.strip(), c.action)) for k in keys.split(","))
+
+    def _bindings_of_app(self) -> list[Binding]:
+        return [b for cls in type(self).__mro__ for b in getattr(cls, "BINDINGS", []) if isinstance(b, Binding)]
 
     # --- actions ------------------------------------------------------------------------
     def _send(self, cmd: E.Command) -> None:
@@ -512,7 +525,7 @@ class DashboardBase(App[int]):
         self._restart_with(queue)
 
     def action_help(self) -> None:
-        rows = [(c.key, c.description, self.why_unavailable(c.action)) for c in controls()]
+        rows = [(self.key_shown(c), c.description, self.why_unavailable(c.action)) for c in controls()]
         st = self.state.settings
         notes = []
         if st is not None and st.repack_verdict:

@@ -27,8 +27,12 @@ def follow_the_terminal(environ: MutableMapping[str, str] = os.environ) -> None:
     environ.pop("LINES", None)
 
 
-def run_app(app: Any) -> int:
-    """Run a dashboard app in this terminal; its return code (0 where it set none)."""
+def run_app(app: Any, keymap: dict[str, str] | None = None, mouse: bool = True) -> int:
+    """Run a dashboard app in this terminal; its return code (0 where it set none).
+    keymap: the config's [keys] (tui/keymap.check_keymap); mouse=False leaves the mouse
+    to the terminal ([ui] mouse = false: its own text selection works)."""
     follow_the_terminal()
-    app.run()
+    if keymap:
+        app.set_keymap(keymap)
+    app.run(mouse=mouse)
     return app.return_code or 0
