@@ -105,6 +105,11 @@ class MetricsExporter:
                               LABELS + ["verdict"], registry=r)
         Gauge(OWN + "build_info", "The specdash that exports these series, and its naming; value 1.",
               ["version", "llama_cpp_python", "names"], registry=r).labels(__version__, _llama_cpp_version(), names).set(1)
+        # Each model's series: created at zero when it is first seen (_touch), dropped with
+        # the placeholder model (_settings).
+        self._model_counters = (self._drafts, self._draft_tokens, self._accepted, self._generation, self._prompt,
+                                self._steps, self._ttft, self._itl)
+        self._model_gauges = (self._running, self._waiting, *self._health.values())
         # When the run in progress started (its prefill), and its last step: the latencies.
         self._started: float | None = None
         self._last_step: float | None = None
@@ -137,10 +142,9 @@ class MetricsExporter:
         if model in self._labels_seen:
             return
         self._labels_seen.add(model)
-        for c in (self._drafts, self._draft_tokens, self._accepted, self._generation, self._prompt, self._steps,
-                  self._ttft, self._itl):
+        for c in self._model_counters:
             c.labels(model, ENGINE)
-        for g in (self._running, self._waiting, *self._health.values()):
+        for g in self._model_gauges:
             g.labels(model, ENGINE).set(0)
         for word in VERDICTS:
             self._verdict.labels(model, ENGINE, word).set(1 if word == "unknown" else 0)
@@ -210,8 +214,7 @@ class MetricsExporter:
             if old == "specdash" and not self._counted:
                 # The placeholder series from before the first settings: nothing was counted
                 # under it, so it goes (totals are unchanged).
-                for metric in (self._drafts, self._draft_tokens, self._accepted, self._generation, self._prompt,
-                               self._steps, self._ttft, self._itl, self._running, self._waiting, *self._health.values()):
+                for metric in (*self._model_counters, *self._model_gauges):
                     try:
                         metric.remove(old, ENGINE)
                     except KeyError:

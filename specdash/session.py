@@ -252,11 +252,16 @@ class Session:
             if check_pair(self.target_path, path).compatible:
                 # Loaded when first needed (drafters/lazy.py): a run where copies or plain
                 # decoding win never waits for it. Its load is priced like the target's, by size.
-                ratio = path.stat().st_size / max(self.target_path.stat().st_size, 1)
+                ratio = self._size_ratio(path)
                 self._current_draft_path = str(path)
                 return LazyModel(lambda: self._lend_model(model), draft_label(model), ratio,
                                  k_ceiling=self._spec.draft_p_joint > 0, load_ms=self._target_load_ms * ratio)
         return self._lend_model(model)
+
+    def _size_ratio(self, path: Path) -> float:
+        """A draft model's size over the target's. Decoding one token on a CPU reads the
+        whole model, so its size predicts its cost (a drafted token's, and its load's)."""
+        return path.stat().st_size / max(self.target_path.stat().st_size, 1)
 
     def _lend_model(self, spec: str) -> Drafter:
         drafter = Borrowed(self._draft_model(spec))
@@ -316,8 +321,7 @@ class Session:
                                 f"(translate = false: drafts with another vocabulary are refused; "
                                 f"drop --no-translate to draft through translation)")
         label = draft_label(spec)
-        # Decoding one token on a CPU reads the whole model: its size predicts its cost.
-        ratio = path.stat().st_size / max(self.target_path.stat().st_size, 1)
+        ratio = self._size_ratio(path)
         drafter: DraftModelDrafter | TranslatedDrafter
         if report.compatible:
             llm = LLM(path, n_ctx=s.ctx, n_threads=s.threads, repack_setting=s.repack)

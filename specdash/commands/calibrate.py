@@ -33,7 +33,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from specdash import events as E
     from specdash.costs.store import ProfileStore
-    from specdash.costs.key import profile_key
     from specdash.session import Session
 
     config = load_settings(args)
@@ -44,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         said = list(session.calibrate(TEXT))
-        path = ProfileStore().path_for(profile_key(session.engine.target, session.settings.experts))
+        store = ProfileStore()
+        path = store.path_for(store.key(session.engine.target, session.settings.experts))
     finally:
         session.close()
     for ev in said:

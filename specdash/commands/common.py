@@ -81,11 +81,17 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_k: bool = True
 
 def load_settings(args: argparse.Namespace):
     """Config file (if any) overridden by the flags that were given -> Config."""
-    from specdash.config import Config, apply_overrides, find_config_path, load_config
+    from specdash.config import apply_overrides
+
+    return apply_overrides(config_file(args), args)
+
+
+def config_file(args: argparse.Namespace) -> Any:
+    """The config file's settings (--config, else the default file), no flags applied."""
+    from specdash.config import Config, find_config_path, load_config
 
     path = find_config_path(getattr(args, "config", None))
-    config = load_config(path) if path else Config()
-    return apply_overrides(config, args)
+    return load_config(path) if path else Config()
 
 
 def read_prompt_file(name: str) -> str:
@@ -155,12 +161,5 @@ def ui_prefs(args: argparse.Namespace, config: Any = None) -> tuple[dict[str, st
     from specdash.tui.keymap import check_keymap
 
     if config is None:
-        config = load_settings(args) if hasattr(args, "config") else _default_config()
+        config = config_file(args)  # keys and mouse have no flags
     return check_keymap(config.keys), config.ui.mouse
-
-
-def _default_config() -> Any:
-    from specdash.config import Config, find_config_path, load_config
-
-    path = find_config_path(None)
-    return load_config(path) if path else Config()

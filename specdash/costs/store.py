@@ -53,12 +53,21 @@ class KeptFile:
 class ProfileStore:
     def __init__(self, folder: Path | None = None):
         self.folder = folder or profile_dir()
+        # A loaded target's key, by what it is made of: it hashes the model file's first MiB
+        # and reads /proc/cpuinfo, and a server saves after every request.
+        self._keys: dict[tuple[str, int, int, int | None, str], dict[str, str | int]] = {}
+
+    def key(self, target: LLM, experts: int | None) -> dict[str, str | int]:
+        made_of = (str(target.path), int(target.n_threads), int(target.n_batch), experts, target.repack.mode)
+        if made_of not in self._keys:
+            self._keys[made_of] = profile_key(target, experts)
+        return self._keys[made_of]
 
     def path_for(self, key: dict[str, str | int]) -> Path:
         return self.folder / f"{Path(str(key['target'])).stem}-{key_digest(key)}.toml"
 
     def load(self, target: LLM, experts: int | None) -> KeptCosts | str | None:
-        key = profile_key(target, experts)
+        key = self.key(target, experts)
         path = self.path_for(key)
         if not path.exists():
             return None
@@ -72,7 +81,7 @@ class ProfileStore:
         return _kept(profile, path)
 
     def save(self, target: LLM, experts: int | None, kept: KeptCosts) -> str | None:
-        key = profile_key(target, experts)
+        key = self.key(target, experts)
         path = self.path_for(key)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)

@@ -31,6 +31,7 @@ from specdash.engine.llm import LLM
 from specdash.engine.rollback import Rollback, calibrate
 from specdash.engine.settings import EngineSettings, SettingError
 from specdash.engine.stats import SpecCounters
+from specdash.engine.target_costs import TargetCosts
 from specdash.engine.supports import ALWAYS
 from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
 from specdash.errors import SpecdashError
@@ -357,8 +358,12 @@ class Engine:
                               f"checkpoint {cal.save_ms:.2f} ms per drafting step", t=E.now())
 
     # --- kept costs (issue 40) -----------------------------------------------------------
+    def _costs(self) -> TargetCosts | None:
+        """The target's cost curve adaptive K learns, if its rule keeps one."""
+        return self.controller.target_costs() if self.controller is not None else None
+
     def _load_kept(self) -> None:
-        costs = self.controller.target_costs() if self.controller is not None else None
+        costs = self._costs()
         if self._store is None or costs is None or costs.pinned:
             return
         kept = self._store.load(self.target, self.settings.experts)
@@ -373,7 +378,7 @@ class Engine:
     def save_costs(self) -> Iterator[Event]:
         """Keep what this target's batch costs are known to be (after every run; a notice
         only if the save failed)."""
-        costs = self.controller.target_costs() if self.controller is not None else None
+        costs = self._costs()
         if self._store is None or costs is None:
             return
         verify, samples = costs.export()
@@ -607,7 +612,7 @@ class Engine:
 
     def calibrate(self, prompt: Sequence[int]) -> Iterator[Event]:
         """Time every batch size now whatever is kept (`specdash calibrate`), and keep it."""
-        costs = self.controller.target_costs() if self.controller is not None else None
+        costs = self._costs()
         if costs is not None and not costs.pinned:
             costs.forget()
         yield from self.warm_up(prompt)

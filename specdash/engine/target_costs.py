@@ -210,7 +210,7 @@ class TargetCosts:
             return cost
         # Beyond what was measured: optimistic, no dearer than the largest measured size;
         # else pessimistic, each extra token a whole one-token step (so it never wins
-        # untimed). consider() is how a size gets out of here.
+        # untimed). explore() is how a size gets out of here.
         if self._optimistic:
             return self._curve_cost(top)
         s1 = self._curve_cost(1) if 1 in sizes else None
