@@ -17,7 +17,7 @@ from specdash.errors import SpecdashError, describe
 
 # Order is the order shown in --help.
 SUBCOMMANDS = ["run", "serve", "bench", "sweep", "whatif", "replay", "compare", "export", "attach", "models", "check", "doctor",
-               "calibrate"]
+               "calibrate", "web"]
 
 
 class _Parser(argparse.ArgumentParser):

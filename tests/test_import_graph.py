@@ -42,7 +42,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | str]] = {
                   "whatif/", "costs/", "llamacpp_tools.py", "metrics_exporter.py", "runs.py", "compare.py"), EARLIER),
     "server": (("serve/",), EARLIER),
     "UI": (("tui/",), EARLIER),
-    "CLI": (("cli.py", "__main__.py", "commands/"), EARLIER),
+    "CLI": (("cli.py", "__main__.py", "commands/", "web/"), EARLIER),
 }
 
 

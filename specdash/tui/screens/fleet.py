@@ -25,6 +25,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.cache import LRUCache
 from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.screen import Screen
@@ -183,13 +184,24 @@ def fit_columns(widths: dict[str, int], width: int) -> tuple[tuple[str, ...], in
 
 
 class FleetTable(DataTable[Any]):
-    """DataTable with a shorter way to draw a body cell that is one line of Text (every
-    cell of the fleet's). DataTable's own caches every cell's drawing until anything in the
-    table changes: a sort, or one row's new figures, draws every visible cell again, each
-    through rich's general layout (padding, wrapping, cropping). At 100 servers and 200x50
-    that took ~60 ms a frame, once a second and after every key (benchmarks/fleet_scale.py).
-    The same segments are made here directly: the text cut to the column, aligned,
-    padded, styled as DataTable styles it. Anything else takes DataTable's own path."""
+    """DataTable whose body cells (every one a line of Text) are drawn from a cache keyed by
+    what they show, not by the table's update count.
+
+    DataTable keys every cell's drawing by its update count, which any change raises: one
+    row's new figures, or a sort, drew every visible cell again through rich's general
+    layout (padding, wrapping, cropping). At 100 servers and 200x50 a key pressed during
+    that waited for it (benchmarks/fleet_scale.py: p90 163 ms from key to screen). Here a
+    cell's text, cut to its column, aligned and padded, is cached by its text, style and
+    width; each draw only styles it for where it is now (the row's stripe, the cursor, the
+    row and column a click reports). So a sort reorders cached cells, and an update draws
+    only the cells whose text changed. Anything else takes DataTable's own path."""
+
+    BODY_CACHE = 8192  # cells: 100 servers x 13 columns, several figures each, both stripes
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._bodies: LRUCache[tuple[Any, ...], list[Segment]] = LRUCache(self.BODY_CACHE)
+        self._metas: dict[tuple[int, int], Style] = {}  # what a click on (row, column) reports
 
     def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
                      cursor: bool = False, hover: bool = False) -> SegmentLines:
@@ -197,23 +209,26 @@ class FleetTable(DataTable[Any]):
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         row_key = self._row_locations.get_key(row_index)
         column_key = self._column_locations.get_key(column_index)
-        if row_key is None or column_key is None:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        key = (row_key, column_key, base_style, cursor, hover, self._show_hover_cursor, self._update_count,
-               self._pseudo_class_state)
-        cached = self._cell_render_cache.get(key)
-        if cached is not None:
-            return cached
-        row = self.rows.get(row_key)
-        cells = self._get_row_renderables(row_index).cells
-        cell = cells[column_index] if column_index < len(cells) else None
+        row = self.rows.get(row_key) if row_key is not None else None
+        cell = self._data.get(row_key, {}).get(column_key) if row_key is not None and column_key is not None else None
         if row is None or row.height != 1 or not isinstance(cell, Text) or "\n" in cell.plain:
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        body_key = (cell.plain, cell.style, cell.justify, tuple(cell.spans), width, self.cell_padding)
+        body = self._bodies.get(body_key)
+        if body is None:
+            body = self._body(cell, width)
+            self._bodies[body_key] = body
         fixed = row_index < self.fixed_rows or column_index < self.fixed_columns
         component, post = self._get_styles_to_render_cell(
             False, False, fixed, hover, cursor, self.show_cursor, self._show_hover_cursor,
             self.cursor_foreground_priority == "css", self.cursor_background_priority == "css")
-        style = base_style + Style.from_meta({"row": row_index, "column": column_index})
+        meta = self._metas.get((row_index, column_index))
+        if meta is None:
+            meta = self._metas[(row_index, column_index)] = Style.from_meta({"row": row_index, "column": column_index})
+        return [list(Segment.apply_style(body, base_style + meta + component, post))]
+
+    def _body(self, cell: Text, width: int) -> list[Segment]:
+        """The cell's text cut to the column, aligned and padded, as DataTable lays it out."""
         pad = " " * self.cell_padding
         text = cell.copy()
         inner = max(width - 2 * self.cell_padding, 0)
@@ -222,10 +237,7 @@ class FleetTable(DataTable[Any]):
         console = self.app.console
         # Text.render leaves out the Text's own style (rich applies it around the spans).
         body = Segment.apply_style(text.render(console), console.get_style(cell.style) if cell.style else None)
-        segments = [Segment(pad), *body, Segment(pad)]
-        lines = [list(Segment.apply_style(segments, style + component, post))]
-        self._cell_render_cache[key] = lines
-        return lines
+        return [Segment(pad), *body, Segment(pad)]
 
 
 class FleetScreen(Screen[None]):

@@ -1,0 +1,95 @@
+"""`specdash web [URL ...]`: `specdash attach` (one server's panels, or the fleet) in a
+browser, through textual-serve. The server is specdash/web/; this wires it to the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from specdash.commands.attach import INTERVAL_RANGE, TIMEOUT_RANGE, _seconds, parse_headers
+from specdash.commands.serve import API_KEY_ENV, server_settings
+from specdash.errors import SpecdashError
+
+DEFAULT_PORT = 8765
+DEFAULT_URL = "http://127.0.0.1:8080"  # `specdash serve`'s default address
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "web",
+        help="attach or the fleet in a browser (textual-serve): a live view to share without a terminal",
+        description="Serve `specdash attach URL ...` as a web page: one URL shows that server's panels, "
+        "several the fleet table. Each browser tab runs its own attach process; closing a tab ends it "
+        "and nothing else (the servers it watches go on). It never loads a model.",
+        epilog=f"From a laptop: ssh -L {DEFAULT_PORT}:127.0.0.1:{DEFAULT_PORT} BOX, run `specdash web` on "
+        f"BOX, open http://127.0.0.1:{DEFAULT_PORT}/. It listens on 127.0.0.1 unless --host says otherwise; "
+        f"any other address needs a key (--api-key or ${API_KEY_ENV}), opened once as /?key=KEY.",
+    )
+    p.add_argument("urls", nargs="*", metavar="URL", default=[DEFAULT_URL],
+                   help=f"servers to watch (default {DEFAULT_URL}, a local `specdash serve`)")
+    g = p.add_argument_group("web server")
+    g.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other "
+                   "needs a key)")
+    g.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="N",
+                   help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    g.add_argument("--api-key", metavar="KEY", help=f"require this key to open the page (default ${API_KEY_ENV})")
+    a = p.add_argument_group("what each tab's attach gets (as `specdash attach`)")
+    a.add_argument("--interval", type=_seconds("--interval", *INTERVAL_RANGE), metavar="SECONDS",
+                   help="seconds between polls of each server (default 1)")
+    a.add_argument("--window", type=_seconds("--window", 1.0, 3600.0), metavar="SECONDS",
+                   help="rates over this sliding window (default 10)")
+    a.add_argument("--timeout", type=_seconds("--timeout", *TIMEOUT_RANGE), metavar="SECONDS",
+                   help="read timeout per request (default 5)")
+    a.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
+                   help="an HTTP header for the watched servers, e.g. \"Authorization: Bearer KEY\" "
+                   "(passed to each tab's process in its environment, never on a command line)")
+    a.add_argument("--config", metavar="PATH", help="TOML settings file ([health], [keys], [ui])")
+    a.add_argument("--screenshots", metavar="DIR", help="folder for `s` screenshots, on this machine")
+    p.set_defaults(func=run)
+
+
+def attach_argv(args: argparse.Namespace) -> list[str]:
+    """The arguments each tab's `specdash attach` gets, checked now: a bad URL, header or
+    config is this command's one-line error, not a broken page later."""
+    from specdash.remote.client import parse_url
+
+    for raw in args.urls:
+        parse_url(raw)
+    parse_headers(args.header)
+    argv = list(args.urls)
+    for flag, value in (("--interval", args.interval), ("--window", args.window),
+                        ("--timeout", args.timeout), ("--config", args.config),
+                        ("--screenshots", args.screenshots)):
+        if value is not None:
+            argv += [flag, str(value)]
+    for header in args.header:
+        argv += ["--header", header]
+    from specdash.commands.common import ui_prefs
+
+    ui_prefs(args)  # the config each tab reads: a bad file or [keys] table fails here, exit 2
+    return argv
+
+
+def run(args: argparse.Namespace) -> int:
+    host, port, key = server_settings(args)
+    argv = attach_argv(args)
+    try:
+        from specdash.web.child import ARGV_ENV
+        from specdash.web.server import WebServer
+    except ImportError as exc:  # textual-serve is a dependency; a broken install says so
+        raise SpecdashError(f"specdash web needs textual-serve ({exc}); reinstall: pip install -e .") from None
+    # Each tab's process inherits this environment (textual-serve copies it at spawn).
+    os.environ[ARGV_ENV] = json.dumps(argv)
+    title = args.urls[0] if len(args.urls) == 1 else f"a fleet of {len(args.urls)}"
+
+    def say(line: str) -> None:
+        print(f"specdash: {line}", file=sys.stderr, flush=True)
+
+    try:
+        WebServer(host=host, port=port, key=key, title=title, say=say).run()
+    except OSError as exc:
+        raise SpecdashError(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})") from None
+    say("web view stopped")
+    return 0

@@ -1,0 +1,119 @@
+"""textual-serve's server with the guard in front (guard.py).
+
+textual-serve (aiohttp, no internet needed) serves the page, its script and a websocket per
+tab, and starts `command` for each websocket: here `python -m specdash.web.child`, which
+runs `specdash attach` (child.py). What this subclass changes:
+- every request passes the guard first (Host, Origin, key);
+- the page's websocket address is built from the request's own Host, so an SSH tunnel on
+  any local port works (textual-serve builds it from the address it was started with);
+- it binds the port itself, so `--port 0` can say which port it got, and says so on stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shlex
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp_jinja2
+from aiohttp import web
+from textual_serve.server import Server, to_int
+
+from specdash.web.guard import COOKIE, authorized, cookie_value, host_allowed, same_origin
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def child_command() -> str:
+    return f"{shlex.quote(sys.executable)} -m specdash.web.child"
+
+
+class WebServer(Server):
+    def __init__(self, *, host: str, port: int, key: str | None, title: str,
+                 say: Callable[[str], None]) -> None:
+        super().__init__(child_command(), host=host, port=port, title=title)
+        self.key = key
+        self.say = say
+        self.bound_port = port
+
+    def initialize_logging(self) -> None:
+        # textual-serve logs to stdout through rich; ours is the CLI's: warnings, on stderr.
+        logging.basicConfig(level=logging.WARNING, format="specdash web: %(message)s", stream=sys.stderr)
+
+    async def _make_app(self) -> web.Application:
+        app = await super()._make_app()
+        app.middlewares.append(self._guard)
+        return app
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        host = request.host
+        if not host_allowed(host, self.key):
+            return web.Response(status=403, text=(
+                f"specdash web: Host {host!r} is not this machine's loopback. Open "
+                f"http://127.0.0.1:{self.bound_port}/ (through an SSH tunnel from elsewhere), "
+                "or start it with --api-key to serve other names.\n"))
+        if request.path.startswith("/static/"):
+            return await handler(request)
+        if request.path == "/ws" and not same_origin(request.headers.get("Origin"), request.scheme, host):
+            return web.Response(status=403, text="specdash web: this websocket belongs to the page "
+                                f"{request.scheme}://{host}/ and was opened from another origin.\n")
+        bearer = request.headers.get("Authorization", "")
+        query_key = request.query.get("key")
+        if not authorized(self.key, bearer=bearer[7:] if bearer.startswith("Bearer ") else None,
+                          cookie=request.cookies.get(COOKIE), query_key=query_key):
+            return web.Response(status=401, text="specdash web: this view needs its key. Open "
+                                f"{request.scheme}://{host}/?key=KEY once; a cookie keeps it.\n")
+        if query_key is not None and self.key is not None:
+            # The key leaves the address bar (and the history) at once; the cookie stays.
+            rest = urlencode([(k, v) for k, v in request.query.items() if k != "key"])
+            response = web.HTTPFound(request.path + (f"?{rest}" if rest else ""))
+            response.set_cookie(COOKIE, cookie_value(self.key), httponly=True, samesite="Strict",
+                                path="/")
+            return response
+        return await handler(request)
+
+    @aiohttp_jinja2.template("app_index.html")
+    async def handle_index(self, request: web.Request) -> dict[str, Any]:
+        base = f"{request.scheme}://{request.host}"
+        ws = ("wss" if request.scheme == "https" else "ws") + f"://{request.host}/ws"
+        return {
+            "font_size": to_int(request.query.get("fontsize", "16"), 16),
+            "app_websocket_url": ws,
+            "config": {"static": {"url": f"{base}/static/"}},
+            "application": {"name": self.title},
+        }
+
+    async def on_startup(self, app: web.Application) -> None:
+        pass  # textual-serve prints a logo on stdout; run() says where it listens instead
+
+    def run(self) -> None:
+        """Serve until SIGINT or SIGTERM; each open tab's process is told to quit."""
+        self.initialize_logging()
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        runner = web.AppRunner(await self._make_app(), handle_signals=False, shutdown_timeout=5)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        if sockets:
+            self.bound_port = sockets[0].getsockname()[1]
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        url = f"http://{host}:{self.bound_port}/"
+        self.say(f"web view of {self.title} listening on {url}"
+                 + (" (open it once as /?key=KEY; a cookie keeps it)" if self.key else "")
+                 + "; each browser tab runs its own `specdash attach`. Ctrl+C stops.")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await runner.cleanup()
