@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import threading
+import time
 
 
 def specdash(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -30,3 +33,31 @@ def assert_ok(proc: subprocess.CompletedProcess) -> None:
     from specdash.engine.repack import describe_exit
 
     assert proc.returncode == 0, f"{describe_exit(proc.returncode)}; stderr:\n{proc.stderr[-3000:]}"
+
+
+def read_url(proc: subprocess.Popen, pattern: str, timeout: float = 60) -> tuple[str, list[str]]:
+    """Read a server's stderr until a line matches `pattern` (its group 1 is the URL), then
+    keep draining its stderr (and stdout, when piped) in threads, or the child blocks on a
+    full pipe. Returns (URL, the lines so far, which go on growing)."""
+    lines: list[str] = []
+    assert proc.stderr is not None
+    url = ""
+    deadline = time.monotonic() + timeout
+    while not url and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(pattern, line)
+        if m:
+            url = m.group(1)
+    assert url, "".join(lines)
+
+    def drain(stream) -> None:
+        for line in stream:
+            lines.append(line)
+
+    for stream in (proc.stderr, proc.stdout):
+        if stream is not None:
+            threading.Thread(target=drain, args=(stream,), daemon=True).start()
+    return url, lines

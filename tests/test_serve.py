@@ -17,13 +17,13 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 openai = pytest.importorskip("openai")
 
+from cli_helpers import read_url  # noqa: E402
 from specdash.engine.llm import LLM  # noqa: E402
 from specdash.models.registry import model_path  # noqa: E402
 
@@ -44,26 +44,7 @@ def start_server(*extra: str, env: dict[str, str] | None = None) -> tuple[subpro
            "--threads", "2", *extra]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                             env={**os.environ, **(env or {})})
-    lines: list[str] = []
-    url = ""
-    assert proc.stderr is not None
-    deadline = time.monotonic() + 60
-    while not url and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        m = re.search(r"listening on (http://\S+) ", line)
-        if m:
-            url = m.group(1)
-    assert url, "".join(lines)
-
-    def drain() -> None:  # keep reading, or the child blocks on a full pipe
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line)
-
-    threading.Thread(target=drain, daemon=True).start()
+    url, lines = read_url(proc, r"listening on (http://\S+) ")
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         assert proc.poll() is None, "".join(lines)

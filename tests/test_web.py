@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import html
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import httpx
 import psutil
 import pytest
 
-from cli_helpers import assert_usage_error, specdash
+from cli_helpers import assert_usage_error, read_url, specdash
 from specdash.web.guard import authorized, cookie_value, host_allowed, host_name, same_origin
 from test_serve import start_server, stop_server
 
@@ -82,26 +81,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, needles):
 def start_web(*args: str) -> tuple[subprocess.Popen, str, list[str]]:
     proc = subprocess.Popen([sys.executable, "-m", "specdash", "web", "--port", "0", *args],
                             stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    assert proc.stderr is not None
-    url = ""
-    deadline = time.monotonic() + 60
-    while not url and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        m = re.search(r"listening on (http://\S+/)", line)
-        if m:
-            url = m.group(1)
-    assert url, "".join(lines)
-
-    def drain(stream) -> None:
-        for line in stream:
-            lines.append(line)
-
-    threading.Thread(target=drain, args=(proc.stderr,), daemon=True).start()
-    threading.Thread(target=drain, args=(proc.stdout,), daemon=True).start()
+    url, lines = read_url(proc, r"listening on (http://\S+/)")
     return proc, url, lines
 
 
