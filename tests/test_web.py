@@ -22,9 +22,10 @@ import psutil
 import pytest
 
 from cli_helpers import assert_usage_error, read_url, specdash
-from specdash.web.guard import authorized, cookie_value, host_allowed, host_name, same_origin
+from specdash.web.guard import authorized, cookie_name, cookie_value, host_allowed, host_name, same_origin
 from test_serve import start_server, stop_server
 
+HEADER_SECRET = "sekrit-for-the-watched-server"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 HAVE_BROWSER = Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()
@@ -44,11 +45,14 @@ def test_the_guard_rules():
     assert host_allowed("localhost:1", None) and host_allowed("[::1]:1", None)
     assert not host_allowed("evil.example:8765", None)  # a name rebound to 127.0.0.1
     assert host_allowed("box.lan:8765", "k")
-    assert authorized(None, bearer=None, cookie=None, query_key=None)
-    assert not authorized("k", bearer=None, cookie=None, query_key=None)
-    assert not authorized("k", bearer="x", cookie="k", query_key="kk")  # the cookie holds a digest, not the key
-    assert authorized("k", bearer=None, cookie=cookie_value("k"), query_key=None)
-    assert authorized("k", bearer="k", cookie=None, query_key=None)
+    secret = b"s" * 32
+    assert authorized(None, secret, bearer=None, cookie=None, query_key=None)
+    assert not authorized("k", secret, bearer=None, cookie=None, query_key=None)
+    assert not authorized("k", secret, bearer="x", cookie="k", query_key="kk")  # the cookie holds a digest
+    assert authorized("k", secret, bearer=None, cookie=cookie_value("k", secret), query_key=None)
+    assert not authorized("k", secret, bearer=None, cookie=cookie_value("k", b"another run"), query_key=None)
+    assert authorized("k", secret, bearer="k", cookie=None, query_key=None)
+    assert cookie_name(8765) != cookie_name(8766)  # a host's cookies go to all its ports
 
 
 def test_a_tabs_process_keeps_the_page_apart_from_stray_output():
@@ -107,7 +111,8 @@ def served():
 @pytest.fixture(scope="module")
 def web(served, tmp_path_factory):
     shots = tmp_path_factory.mktemp("web-shots")
-    proc, url, lines = start_web(served, "--screenshots", str(shots), "--interval", "0.5")
+    proc, url, lines = start_web(served, "--screenshots", str(shots), "--interval", "0.5",
+                                 "--header", f"Authorization: Bearer {HEADER_SECRET}")
     yield url, shots, proc, lines
     proc.terminate()
     assert proc.wait(20) == 0, "".join(lines)
@@ -156,7 +161,20 @@ def test_the_page_loads_a_key_reaches_the_app_and_closing_the_tab_stops_nothing(
     try:
         driver.get(url)
         wait_for(lambda: app_drew(driver))
-        assert len(tab_processes(proc)) == 1
+        (first_tab,) = tab_processes(proc)
+        # The watched server's key (--header) is on no tab's command line (nor its shell's).
+        shells = [p for p in first_tab.parents() if p.pid != proc.pid and proc.pid in {a.pid for a in p.parents()}]
+        for p in [first_tab, *shells]:
+            assert HEADER_SECRET not in " ".join(p.cmdline())
+        # A second tab is a second process; closing it ends that one only.
+        page = driver.current_window_handle
+        driver.switch_to.new_window("tab")
+        driver.get(url)
+        wait_for(lambda: app_drew(driver))
+        assert len(tab_processes(proc)) == 2
+        driver.close()
+        driver.switch_to.window(page)
+        wait_for(lambda: [p.pid for p in tab_processes(proc)] == [first_tab.pid], timeout=20)
         keys = driver.find_element("css selector", ".xterm-helper-textarea")
         time.sleep(1.0)  # the first poll of the server
         keys.send_keys("s")  # the app's own screenshot, saved on this machine
@@ -243,14 +261,22 @@ def test_with_a_key_the_page_needs_it_once_and_a_cookie_keeps_it(served):
     try:
         assert httpx.get(url).status_code == 401
         assert httpx.get(url + "?key=wrong").status_code == 401
-        r = httpx.get(url + "?key=s3cret")
-        assert r.status_code == 302 and r.headers["location"] == "/"
-        assert "specdash_web=" in r.headers["set-cookie"] and "s3cret" not in r.headers["set-cookie"]
-        cookie = {"specdash_web": cookie_value("s3cret")}
-        assert httpx.get(url, cookies=cookie).status_code == 200
         host = url.split("//")[1].rstrip("/")
+        port = int(host.rsplit(":", 1)[1])
+        r = httpx.get(url + "?key=s3cret&next=//evil.example")
+        assert r.status_code == 302 and r.headers["location"] == "/"  # never elsewhere
+        set_cookie = r.headers["set-cookie"]
+        assert set_cookie.startswith(cookie_name(port) + "=") and "s3cret" not in set_cookie
+        assert "HttpOnly" in set_cookie and "SameSite=Strict" in set_cookie
+        assert r.headers["x-frame-options"] == "DENY"
+        cookies = {cookie_name(port): set_cookie.split(";")[0].split("=", 1)[1]}
+        page = httpx.get(url, cookies=cookies)
+        assert page.status_code == 200 and page.headers["content-security-policy"] == "frame-ancestors 'none'"
+        assert httpx.get(url, headers={"Authorization": "Bearer s3cret"}).status_code == 200
         r = httpx.get(url + "ws", headers={"Origin": f"http://{host}"})
         assert r.status_code == 401  # the right page, no key
+        r = httpx.get(url + "ws", headers={"Origin": "http://evil.example"}, cookies=cookies)
+        assert r.status_code == 403  # the key, from another page
         driver = browser()
         try:
             driver.get(url + "?key=s3cret")

@@ -8,7 +8,11 @@ So:
 - without a key, Host must name this machine's loopback (a rebound name never does);
 - with a key, every route but the static files needs it: `Authorization: Bearer KEY`, or
   the cookie that opening `/?key=KEY` sets once (SameSite=Strict, so another site's page
-  never sends it).
+  never sends it). Browsers send a host's cookies to all its ports, so the cookie is named
+  for this server's port and holds a digest of the key with a secret made at start: another
+  service on the host that receives it cannot use it anywhere else, and a restart ends it;
+- no other site may frame the page (a framed page's websocket carries the page's own Origin,
+  and a disguised frame could take keystrokes).
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ import hashlib
 import hmac
 from urllib.parse import urlsplit
 
-LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
-COOKIE = "specdash_web"
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+NO_FRAMES = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"}
 
 
 def host_name(host_header: str) -> str:
@@ -42,16 +46,21 @@ def host_allowed(host_header: str, key: str | None) -> bool:
     return key is not None or host_name(host_header) in LOOPBACK_NAMES
 
 
-def cookie_value(key: str) -> str:
-    """What the cookie holds: a digest of the key, so the key itself is never stored."""
-    return hmac.new(key.encode(), b"specdash-web-session", hashlib.sha256).hexdigest()
+def cookie_name(port: int) -> str:
+    return f"specdash_web_{port}"
 
 
-def authorized(key: str | None, *, bearer: str | None, cookie: str | None, query_key: str | None) -> bool:
+def cookie_value(key: str, secret: bytes) -> str:
+    """What the cookie holds: a digest of the key and this run's secret, never the key."""
+    return hmac.new(secret, key.encode(), hashlib.sha256).hexdigest()
+
+
+def authorized(key: str | None, secret: bytes, *, bearer: str | None, cookie: str | None,
+               query_key: str | None) -> bool:
     if key is None:
         return True
     if bearer is not None and hmac.compare_digest(bearer.encode(), key.encode()):
         return True
     if query_key is not None and hmac.compare_digest(query_key.encode(), key.encode()):
         return True
-    return cookie is not None and hmac.compare_digest(cookie.encode(), cookie_value(key).encode())
+    return cookie is not None and hmac.compare_digest(cookie.encode(), cookie_value(key, secret).encode())

@@ -13,24 +13,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import shlex
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlencode
 
 import aiohttp_jinja2
 from aiohttp import web
 from textual_serve.server import Server, to_int
 
-from specdash.web.guard import COOKIE, authorized, cookie_value, host_allowed, same_origin
+from specdash.web.guard import NO_FRAMES, authorized, cookie_name, cookie_value, host_allowed, same_origin
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def child_command() -> str:
-    return f"{shlex.quote(sys.executable)} -m specdash.web.child"
+    # -P: not the working folder first on the import path (a stray module there would be
+    # imported by every tab).
+    return f"{shlex.quote(sys.executable)} -P -m specdash.web.child"
 
 
 class WebServer(Server):
@@ -38,6 +40,7 @@ class WebServer(Server):
                  say: Callable[[str], None]) -> None:
         super().__init__(child_command(), host=host, port=port, title=title)
         self.key = key
+        self.secret = secrets.token_bytes(32)  # this run's: the cookie's digest, ended by a restart
         self.say = say
         self.bound_port = port
 
@@ -52,6 +55,12 @@ class WebServer(Server):
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        response = await self._checked(request, handler)
+        if not response.prepared:  # a websocket's headers are already sent
+            response.headers.update(NO_FRAMES)
+        return response
+
+    async def _checked(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         host = request.host
         if not host_allowed(host, self.key):
             return web.Response(status=403, text=(
@@ -65,16 +74,17 @@ class WebServer(Server):
                                 f"{request.scheme}://{host}/ and was opened from another origin.\n")
         bearer = request.headers.get("Authorization", "")
         query_key = request.query.get("key")
-        if not authorized(self.key, bearer=bearer[7:] if bearer.startswith("Bearer ") else None,
-                          cookie=request.cookies.get(COOKIE), query_key=query_key):
+        cookie = cookie_name(self.bound_port)
+        if not authorized(self.key, self.secret, bearer=bearer[7:] if bearer[:7].lower() == "bearer " else None,
+                          cookie=request.cookies.get(cookie), query_key=query_key):
             return web.Response(status=401, text="specdash web: this view needs its key. Open "
                                 f"{request.scheme}://{host}/?key=KEY once; a cookie keeps it.\n")
         if query_key is not None and self.key is not None:
             # The key leaves the address bar (and the history) at once; the cookie stays.
-            rest = urlencode([(k, v) for k, v in request.query.items() if k != "key"])
-            response = web.HTTPFound(request.path + (f"?{rest}" if rest else ""))
-            response.set_cookie(COOKIE, cookie_value(self.key), httponly=True, samesite="Strict",
-                                path="/")
+            # Always to the page itself: a path from the request could send the browser away.
+            response = web.Response(status=302, headers={"Location": "/"})
+            response.set_cookie(cookie, cookie_value(self.key, self.secret), httponly=True,
+                                samesite="Strict", path="/")
             return response
         return await handler(request)
 
@@ -98,22 +108,22 @@ class WebServer(Server):
         asyncio.run(self._serve())
 
     async def _serve(self) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):  # before the port is taken: any stop is clean
+            loop.add_signal_handler(sig, stop.set)
         runner = web.AppRunner(await self._make_app(), handle_signals=False, shutdown_timeout=5)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)
         await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        if sockets:
-            self.bound_port = sockets[0].getsockname()[1]
+        for address in runner.addresses:
+            if isinstance(address, tuple) and len(address) >= 2:
+                self.bound_port = int(address[1])
+                break
         host = f"[{self.host}]" if ":" in self.host else self.host
         url = f"http://{host}:{self.bound_port}/"
         self.say(f"web view of {self.title} listening on {url}"
                  + (" (open it once as /?key=KEY; a cookie keeps it)" if self.key else "")
                  + "; each browser tab runs its own `specdash attach`. Ctrl+C stops.")
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         await runner.cleanup()
