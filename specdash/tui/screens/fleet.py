@@ -398,17 +398,19 @@ class FleetScreen(Screen[None]):
         self._shown[ev.url] = cells
 
     def _refresh_ages(self) -> None:
-        if self._fit():  # a longer "last seen" may no longer fit whole
+        """A silent server's "last seen" grows each second: its row joins the next flush, so
+        the table redraws once a second, not once for the rows and again for the ages (each
+        redraw is one a key pressed then waits for)."""
+        if "status" not in self._columns:
             return
-        table = self.table
         at = self._columns.index("status")
         for url, ev in self.servers.items():
-            if ev.state != "up" and url in table.rows:
-                cell = self._cells(ev)[at]
+            if ev.state != "up" and url in self.table.rows:
                 shown = self._shown.get(url)
-                if shown is not None and not _same(cell, shown[at]):
-                    table.update_cell(url, "status", cell)
-                    shown[at] = cell
+                if shown is not None and not _same(self._cells(ev)[at], shown[at]):
+                    self._dirty.add(url)
+        if self._dirty and self._flush_timer is None and self.is_mounted:
+            self._flush_timer = self.set_timer(self.FLUSH_S, self.flush)
 
     # --- sorting ---
 
