@@ -48,20 +48,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _say(line: str) -> None:
-    print(f"specdash: {line}", file=sys.stderr, flush=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     # A native crash (llama.cpp) at least says where, instead of a silent exit 139.
     if not faulthandler.is_enabled():
         faulthandler.enable()
     parser = build_parser()
     args = parser.parse_args(argv)
+    from specdash.commands.common import say
     from specdash.engine import repack
 
     # The repack probe's verdict is said once per machine, the first time (engine/repack.py).
-    repack.hooks.announce = repack.hooks.progress = _say
+    repack.hooks.announce = repack.hooks.progress = say
     try:
         return int(args.func(args) or 0)
     except SpecdashError as exc:

@@ -34,6 +34,7 @@ from specdash.errors import SpecdashError
 
 INTERVAL_RANGE = (0.1, 60.0)
 TIMEOUT_RANGE = (0.1, 120.0)
+WINDOW_RANGE = (1.0, 3600.0)
 
 
 def _seconds(flag: str, lo: float, hi: float) -> Callable[[str], float]:
@@ -72,15 +73,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("urls", nargs="+", metavar="URL", help="server base URL, e.g. http://127.0.0.1:8080")
-    p.add_argument("--interval", type=_seconds("--interval", *INTERVAL_RANGE), default=1.0, metavar="SECONDS",
-                   help="seconds between polls of each server, 0.1..60 (default 1)")
-    p.add_argument("--window", type=_seconds("--window", 1.0, 3600.0), default=10.0, metavar="SECONDS",
-                   help="rates are over this sliding window of polls (default 10)")
+    add_poll_arguments(p)
     p.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
                    help="an HTTP header for every request, e.g. \"Authorization: Bearer KEY\" "
                    "(repeatable; values never appear in output, screenshots or recordings)")
-    p.add_argument("--timeout", type=_seconds("--timeout", *TIMEOUT_RANGE), default=5.0, metavar="SECONDS",
-                   help="read timeout per request (default 5; connecting gives up after 2)")
     p.add_argument("--prompt", action="append", metavar="TEXT",
                    help="drive mode: send TEXT to the server's completion endpoint and stream it "
                    "(repeatable with --headless or --json: the prompts run one after another)")
@@ -105,6 +101,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="JSON: with --once/--watch one object per server per line (the `server` event "
                    "of specdash/events.py); with --prompt the event stream as JSON lines")
     p.set_defaults(func=run)
+
+
+def add_poll_arguments(group: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """How servers are polled: attach's flags, and `specdash web`'s, which passes them on."""
+    group.add_argument("--interval", type=_seconds("--interval", *INTERVAL_RANGE), default=1.0, metavar="SECONDS",
+                       help="seconds between polls of each server, 0.1..60 (default 1)")
+    group.add_argument("--window", type=_seconds("--window", *WINDOW_RANGE), default=10.0, metavar="SECONDS",
+                       help="rates are over this sliding window of polls (default 10)")
+    group.add_argument("--timeout", type=_seconds("--timeout", *TIMEOUT_RANGE), default=5.0, metavar="SECONDS",
+                       help="read timeout per request (default 5; connecting gives up after 2)")
 
 
 def parse_headers(items: list[str]) -> dict[str, str]:

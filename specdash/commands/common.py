@@ -124,6 +124,11 @@ def add_prompt_arguments(parser: argparse.ArgumentParser, required: bool) -> Non
     g.add_argument("--prompt-file", metavar="FILE", help="read the prompt from FILE ('-' = stdin)")
 
 
+def say(line: str) -> None:
+    """A line for the person at the terminal, on stderr, as `specdash: ...`."""
+    print(f"specdash: {line}", file=sys.stderr, flush=True)
+
+
 def stderr_progress() -> Callable[[str, float | None], None]:
     """A progress callback for model fetch/load that draws on stderr: a bar on a terminal,
     a line per phase and per 10% when piped (CI logs stay short)."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
-from specdash.commands.attach import INTERVAL_RANGE, TIMEOUT_RANGE, _seconds, parse_headers
+from specdash.commands.attach import add_poll_arguments, parse_headers
+from specdash.commands.common import say, ui_prefs
 from specdash.commands.serve import API_KEY_ENV, server_settings
 from specdash.errors import SpecdashError
 
@@ -36,12 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     g.add_argument("--api-key", metavar="KEY", help=f"require this key to open the page (default ${API_KEY_ENV})")
     a = p.add_argument_group("what each tab's attach gets (as `specdash attach`)")
-    a.add_argument("--interval", type=_seconds("--interval", *INTERVAL_RANGE), metavar="SECONDS",
-                   help="seconds between polls of each server (default 1)")
-    a.add_argument("--window", type=_seconds("--window", 1.0, 3600.0), metavar="SECONDS",
-                   help="rates over this sliding window (default 10)")
-    a.add_argument("--timeout", type=_seconds("--timeout", *TIMEOUT_RANGE), metavar="SECONDS",
-                   help="read timeout per request (default 5)")
+    add_poll_arguments(a)
     a.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
                    help="an HTTP header for the watched servers, e.g. \"Authorization: Bearer KEY\" "
                    "(passed to each tab's process in its environment, never on a command line)")
@@ -59,15 +54,12 @@ def attach_argv(args: argparse.Namespace) -> list[str]:
         parse_url(raw)
     parse_headers(args.header)
     argv = list(args.urls)
-    for flag, value in (("--interval", args.interval), ("--window", args.window),
-                        ("--timeout", args.timeout), ("--config", args.config),
-                        ("--screenshots", args.screenshots)):
+    argv += ["--interval", str(args.interval), "--window", str(args.window), "--timeout", str(args.timeout)]
+    for flag, value in (("--config", args.config), ("--screenshots", args.screenshots)):
         if value is not None:
-            argv += [flag, str(value)]
+            argv += [flag, value]
     for header in args.header:
         argv += ["--header", header]
-    from specdash.commands.common import ui_prefs
-
     ui_prefs(args)  # the config each tab reads: a bad file or [keys] table fails here, exit 2
     return argv
 
@@ -83,9 +75,6 @@ def run(args: argparse.Namespace) -> int:
     # Each tab's process inherits this environment (textual-serve copies it at spawn).
     os.environ[ARGV_ENV] = json.dumps(argv)
     title = args.urls[0] if len(args.urls) == 1 else f"a fleet of {len(args.urls)}"
-
-    def say(line: str) -> None:
-        print(f"specdash: {line}", file=sys.stderr, flush=True)
 
     try:
         WebServer(host=host, port=port, key=key, title=title, say=say).run()
