@@ -342,3 +342,35 @@ def test_vllm_drive_mode_on_a_canned_openai_stream() -> None:
     assert (summary.num_drafts, summary.num_draft_tokens, summary.num_accepted_tokens) == (150, 450, 242)
     assert summary.num_accepted_tokens_per_pos == [112, 80, 50]
     assert summary.acceptance_rate == pytest.approx(242 / 450)
+
+
+def test_a_poll_cut_short_by_stop_ends_the_poller_quietly():
+    """The source's close() stops the poller and closes its HTTP client at once; a poll in
+    flight then fails on the closed client. That ends the thread, with no exception (CI saw
+    one as a thread-exception warning)."""
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+
+    class ClosedUnderIt:
+        url = "http://127.0.0.1:1"
+
+        def poll(self):
+            started.set()
+            release.wait(10)
+            raise RuntimeError("Cannot send a request, as the client has been closed.")
+
+    seen: list[BaseException] = []
+    old_hook = threading.excepthook
+    threading.excepthook = lambda args: seen.append(args.exc_value)
+    try:
+        poller = Poller(ClosedUnderIt(), lambda result: None, interval=0.1)  # type: ignore[arg-type]
+        poller.start()
+        assert started.wait(10)
+        poller.stop()
+        release.set()
+        poller._thread.join(10)
+        assert not poller.alive
+    finally:
+        threading.excepthook = old_hook
+    assert seen == []

@@ -368,7 +368,15 @@ class Poller:
             with self.lock:
                 if self._stop.is_set():
                     break
-                result = self.watch.poll()
+                try:
+                    result = self.watch.poll()
+                except Exception:
+                    # A source's close() stops the poller and closes the client at once, so
+                    # an in-flight poll fails on the closed client (httpx: RuntimeError);
+                    # that is the end, not an error. Any other failure is raised as before.
+                    if self._stop.is_set():
+                        break
+                    raise
             if self._stop.is_set():
                 break
             try:
