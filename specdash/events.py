@@ -125,6 +125,7 @@ class StatusEvent:
 class PromptEvent:
     title: str
     text: str
+    request: str = ""  # the served request it starts, when several run in one batch (engine/batch)
     t: float = 0.0
     event: str = "prompt"
 
@@ -136,6 +137,9 @@ class PrefillEvent:
     # Of n_tokens, the rows kept from the run before (the same prompt again, or a chat's
     # next turn on a server): computed then, not now.
     reused: int = 0
+    # The served request this belongs to when several run in one batch (engine/batch); ""
+    # when one run at a time (and in older recordings).
+    request: str = ""
     t: float = 0.0
     event: str = "prefill"
 
@@ -168,6 +172,10 @@ class StepEvent:
     # Of draft_ms, the time spent translating between vocabularies (a draft model with
     # another vocabulary, drafter "xvocab"); 0 otherwise and in older recordings.
     translate_ms: float = 0.0
+    # Several requests in one target batch (engine/batch): whose step this is, and how many
+    # sequences the step's batch held (its width); "" and 0 when one runs at a time.
+    request: str = ""
+    batch: int = 0
     event: str = "step"
 
     @property
@@ -234,6 +242,7 @@ class Summary:
     # server sent one (the requests table then builds it from the request's own steps).
     acceptance_histogram: list[int] = field(default_factory=list)
     drafter: str = ""  # what drafted for this request, as the settings name it; "" when unknown
+    request: str = ""  # the served request, when several run in one batch (engine/batch)
     t: float = 0.0
     event: str = "summary"
 

@@ -27,6 +27,9 @@ class PlainRate:
                 # The first step of a stretch (after a prefill, a pause, a settings change)
                 # has no predecessor to be timed from; it also carries the warm-up.
                 prev, self._prev_t = self._prev_t, ev.t
+                if ev.batch > 1:  # one of several requests' steps in one batch: not one stream's
+                    self._prev_t = None
+                    return
                 n = len(ev.tokens)
                 if prev is not None and ev.k == 0 and ev.drafted == 0 and n and self.knows_plain():
                     self._per_token.append(max(ev.t - prev, 0.0) / n)

@@ -36,6 +36,19 @@ class RequestRow:
     stop_reason: str
     histogram: list[int] = field(default_factory=list)
     histogram_from: str = ""  # "server" (the request's own metrics) | "steps" (built here) | ""
+    mean_k: float | None = None  # K over its steps (None: no steps seen, a server's request)
+    mean_batch: float | None = None  # requests in the target batch over its steps (serve --parallel)
+
+
+@dataclass(slots=True)
+class _Open:
+    """A request still running: what its steps said so far."""
+
+    title: str
+    hist: list[int] = field(default_factory=list)
+    steps: int = 0
+    k_sum: int = 0
+    batch_sum: int = 0
 
 
 def histogram_of(steps: list[StepEvent]) -> list[int]:
@@ -54,8 +67,8 @@ class RequestLog:
         self.rows: deque[RequestRow] = deque(maxlen=keep)
         self._t0: float | None = None
         self._now = 0.0  # the latest event time seen (a Summary may come unstamped: t = 0)
-        self._title = ""
-        self._hist: list[int] = []
+        # By request tag: "" for one at a time, a served request's title in a batch.
+        self._open: dict[str, _Open] = {"": _Open("")}
         self._drafter = ""
 
     def feed(self, ev: Event) -> None:
@@ -67,23 +80,32 @@ class RequestLog:
             case SettingsEvent():
                 self._drafter = ev.drafter
             case PromptEvent():
-                self._title, self._hist = ev.title, []
-            case StepEvent() if ev.drafted > 0:
-                if len(self._hist) <= ev.accepted:
-                    self._hist.extend([0] * (ev.accepted + 1 - len(self._hist)))
-                self._hist[ev.accepted] += 1
+                self._open[ev.request] = _Open(ev.title)
+            case StepEvent():
+                run = self._open.setdefault(ev.request, _Open(ev.request))
+                run.steps += 1
+                run.k_sum += ev.k
+                run.batch_sum += max(ev.batch, 1)
+                if ev.drafted > 0:
+                    if len(run.hist) <= ev.accepted:
+                        run.hist.extend([0] * (ev.accepted + 1 - len(run.hist)))
+                    run.hist[ev.accepted] += 1
             case Summary():
+                run = self._open.pop(ev.request, _Open(ev.request))
+                if not ev.request:  # one at a time: the next Summary without a prompt keeps the title
+                    self._open[""] = _Open(run.title)
                 reported = list(ev.acceptance_histogram)
-                hist = reported or self._hist
+                hist = reported or run.hist
                 self.rows.append(RequestRow(
                     t=ev.t or self._now, since_start=max(0.0, (ev.t or self._now) - (self._t0 or self._now)),
-                    title=self._title,
+                    title=run.title,
                     n_prompt=ev.n_prompt, n_generated=ev.n_generated, num_drafts=ev.num_drafts,
                     drafted=ev.num_draft_tokens, accepted=ev.num_accepted_tokens,
                     acceptance_length=1.0 + ev.num_accepted_tokens / ev.num_drafts if ev.num_drafts else None,
                     tokens_per_s=ev.tokens_per_s, drafter=ev.drafter or self._drafter, stop_reason=ev.stop_reason,
-                    histogram=list(hist), histogram_from="server" if reported else "steps" if hist else ""))
-                self._hist = []
+                    histogram=list(hist), histogram_from="server" if reported else "steps" if hist else "",
+                    mean_k=run.k_sum / run.steps if run.steps else None,
+                    mean_batch=run.batch_sum / run.steps if run.steps else None))
 
     def __len__(self) -> int:
         return len(self.rows)

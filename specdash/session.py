@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from specdash.costs.store import ProfileStore
+from specdash.engine.batch.costs import measure_widths
+from specdash.engine.batch.runner import BatchRunner
 from specdash.engine.controller import CostModelController, KController
 from specdash.engine.detector import ContentDetector
 from specdash.engine.drafters import KINDS, Borrowed, Drafter, Parts, is_model
@@ -85,10 +87,16 @@ def draft_label(spec: str) -> str:
 
 class Session:
     def __init__(self, settings: EngineSettings, progress: Progress | None = None,
-                 *, controller: KController | None = None):
+                 *, controller: KController | None = None, n_seq: int = 1):
         """controller: the adaptive-K rule (default: the cost model; tests and
-        comparisons pass engine.controller.ThresholdController, the baseline rule)."""
+        comparisons pass engine.controller.ThresholdController, the baseline rule).
+        n_seq: sequences the target's context holds (a server's --parallel: batch())."""
         self._progress: Progress = progress or (lambda msg, frac: None)
+        self._n_seq = n_seq
+        # Requests a server runs in one target batch (serve --parallel; under auto, what
+        # serve's warm-up measured to pay); 1: one at a time, the engine's own loop.
+        self.width = 1
+        self._runner: BatchRunner | None = None
         shape = cost_shape()  # read before any model loads: a bad profile fails at once
         self._suffix: SuffixDrafter | None = None  # one per session: it remembers earlier outputs
         # The target's MTP head, built on first use and lent like the suffix drafter: its
@@ -169,7 +177,8 @@ class Session:
         # Recurrent-state snapshots for the longest draft the settings allow, where the
         # architecture has them (llama.cpp ignores it elsewhere; LLM.strategy says which).
         return LLM(self.target_path, n_ctx=s.ctx, n_threads=s.threads, kv_overrides=overrides,
-                   n_rs_seq=max(s.k, s.k_max), repack_setting=s.repack, load_mtp=self._head.layers > 0)
+                   n_rs_seq=max(s.k, s.k_max), repack_setting=s.repack, load_mtp=self._head.layers > 0,
+                   n_seq=self._n_seq)
 
     def _reload_target(self, n: int) -> LLM:
         """The engine's SetExperts: the target again, with `n` active experts."""
@@ -349,10 +358,42 @@ class Session:
     def run_request(self, req: Served) -> Iterator[Event]:
         """A server's request: its tokens, with its own settings on top of the live ones,
         rows it shares with the previous request kept (a chat's next turn)."""
-        target = self.engine.target
-        options = RunOptions(overrides=req.overrides, seed=req.seed, stop_when=req.stop_reason, reuse_rows=True,
-                             drafter=self.request_drafter(req.drafter) if req.drafter else None)
-        yield from self.engine.generate(req.tokens, req.max_tokens or target.n_ctx - len(req.tokens), options)
+        yield from self.engine.generate(req.tokens, self._request_budget(req), self._request_options(req))
+
+    def batch(self, width: int) -> BatchRunner:
+        """A batch of up to `width` requests in one target batch per step (serve --parallel):
+        one per session and width, so what it learned (copies' acceptance, batch costs)
+        outlives a quiet moment between requests."""
+        runner = self._runner
+        if runner is None or runner.width != width or runner.engine is not self.engine or runner.slots:
+            runner = self._runner = BatchRunner(self.engine, width)
+        return runner
+
+    def admit_request(self, runner: BatchRunner, req: Served, tag: str) -> Iterator[Event]:
+        """A server's request into `runner`'s batch, as run_request would run it alone."""
+        yield from runner.admit(req.tokens, self._request_budget(req), self._request_options(req), tag)
+
+    def admit_prompt(self, runner: BatchRunner, text: str, max_tokens: int | None, tag: str) -> Iterator[Event]:
+        """A prompt typed in a server's dashboard (`n`) into the batch, as run() takes it."""
+        tokens = self.prompt_tokens(text)
+        budget = max_tokens or self.settings.max_tokens
+        yield from runner.admit(tokens, budget, RunOptions(), tag)
+
+    def batch_widths(self, text: str) -> dict[int, float]:
+        """ms of one plain step of 1, 2, 4... sequences at once on `text`'s rows, up to the
+        sequences the target holds (serve --parallel auto); empty on a target whose state
+        cannot be cut back (recurrent, hybrid)."""
+        if self.engine.target.strategy.kind != "kv" or self._n_seq < 2:
+            return {}
+        widths = [w for w in (1, 2, 4, 8, 16) if w <= self._n_seq]
+        return measure_widths(self.engine.target, self.prompt_tokens(text)[:-1], widths)
+
+    def _request_budget(self, req: Served) -> int:
+        return req.max_tokens or self.engine.target.n_ctx - len(req.tokens)
+
+    def _request_options(self, req: Served) -> RunOptions:
+        return RunOptions(overrides=req.overrides, seed=req.seed, stop_when=req.stop_reason, reuse_rows=True,
+                          drafter=self.request_drafter(req.drafter) if req.drafter else None)
 
     def request_drafter(self, kind: str) -> str:
         """The drafter spec a request's `speculative.types` asks for (protocol.SPEC_TYPES's

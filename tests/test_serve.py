@@ -1,7 +1,9 @@
 """`specdash serve`: a real server on 127.0.0.1, the real `openai` client, real decoding.
 
 One headless server on SmolLM2-135M drafting with its own Q4_0 copy at a fixed K=4 (so
-every step drafts, whatever this CPU's cost curve) is shared by the module. Greedy output
+every step drafts, whatever this CPU's cost curve), one request at a time (--parallel 1: a
+batch drafts copies only; tests/test_serve_batch.py serves several at once), is shared by
+the module. Greedy output
 is checked against plain greedy decoding of the same prompt tokens, token for token but
 where the target's top-two logit gap is a near-tie (the exactness tests' TIE_GAP rule);
 the server returns the ids it generated when asked (`return_tokens`, llama-server's key).
@@ -70,7 +72,7 @@ def stop_server(proc: subprocess.Popen) -> int:
 
 @pytest.fixture(scope="module")
 def server(small_draft):
-    proc, url, lines = start_server("--target", "smollm2-135m", "--draft", str(small_draft), "--k", "4")
+    proc, url, lines = start_server("--target", "smollm2-135m", "--draft", str(small_draft), "--k", "4", "--parallel", "1")
     yield url, lines
     code = stop_server(proc)
     assert code == 0, "".join(lines)

@@ -4,6 +4,7 @@ on it (or `--headless`). The server itself is specdash/serve/; this wires it to 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import sys
@@ -29,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Start the speculative engine behind an OpenAI-compatible HTTP server "
         "(/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics, /props, /slots) and "
         "open the dashboard on the traffic it serves: every key works on the requests being served. "
-        "Requests run one at a time, first in first out; a new one never cuts off one in flight.",
+        "Up to --parallel requests share one target batch per step, each drafting its own copies with K "
+        "chosen for the batch; the rest wait, first in first out.",
         epilog=f"Clients: base_url http://HOST:PORT/v1 and any api_key (the key set with --api-key or "
         f"${API_KEY_ENV} when there is one). It listens on 127.0.0.1 unless --host says otherwise; any other "
         f"address needs an API key. Per request, llama-server's keys speculative.n_max, speculative.p_min and "
@@ -44,11 +46,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    f"route but /health and /metrics (default ${API_KEY_ENV})")
     g.add_argument("--headless", action="store_true", help="no dashboard: log to stderr (a service, a box "
                    "without a terminal); `specdash attach URL` watches and steers it")
+    g.add_argument("--parallel", default="auto", type=parse_parallel, metavar="N|auto",
+                   help=f"requests decoded together in one target batch, 1-{MAX_PARALLEL} (default auto: "
+                   f"what this machine's batch costs say pays, measured at start, up to {AUTO_PARALLEL}; 1 where "
+                   "batches cost as much as their tokens one by one). Batched requests draft copies only "
+                   "(lookup, suffix): a draft model drafts one request at a time")
     g.add_argument("--record", metavar="FILE", help="record every event for `specdash replay`")
     g.add_argument("--theme", metavar="NAME", help="dashboard colour theme (as `specdash --theme`)")
     g.add_argument("--screenshots", metavar="DIR", help="folder for `s` screenshots")
     add_metrics_names(g)
     p.set_defaults(func=run)
+
+
+# --parallel's range; auto measures widths up to AUTO_PARALLEL (each a sequence of its own in
+# the target's context: --ctx positions each, so the KV cache grows with it).
+MAX_PARALLEL = 16
+AUTO_PARALLEL = 4
+
+
+def parse_parallel(text: str) -> int | None:
+    """--parallel: a count 1..MAX_PARALLEL, or auto (None)."""
+    if text == "auto":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_PARALLEL:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of requests 1..{MAX_PARALLEL}, or auto")
+    return n
 
 
 def server_settings(args: argparse.Namespace) -> tuple[str, int, str | None]:
@@ -89,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             raise SpecdashError("the engine is not running")
         sources[-1].send(cmd)
 
-    link = EngineLink(queue, exporter, settings.ctx, send=send, aliases=(settings.target,),
+    link = EngineLink(queue, exporter, settings.ctx, send=send, aliases=(settings.target,), parallel=args.parallel,
                       # --max-tokens: the cap for requests that send none;
                       # otherwise they may run to the end of the context, as OpenAI's do.
                       max_tokens=settings.max_tokens if "max_tokens" in vars(args) else None)
@@ -111,13 +137,19 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
+def sessions(args: argparse.Namespace) -> Any:
+    """The session factory: a target context with a sequence per request --parallel allows."""
+    from specdash.session import Session
+
+    return functools.partial(Session, n_seq=args.parallel or AUTO_PARALLEL)
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
 def _headless(args: argparse.Namespace, config: Any, settings: Any, queue: Any, link: Any, sources: list[Any]) -> int:
     from specdash.serve.log import EventLog
-    from specdash.session import Session
     from specdash.sources.embedded import EmbeddedSource
 
     log = EventLog(sys.stderr, stderr_progress())
@@ -127,7 +159,7 @@ def _headless(args: argparse.Namespace, config: Any, settings: Any, queue: Any, 
 
         recorder = Recorder(args.record, extra={"command": "serve"})
         listeners.append(recorder)
-    source = EmbeddedSource(Session, settings, queue, on_session=link.on_session, health=config.health)
+    source = EmbeddedSource(sessions(args), settings, queue, on_session=link.on_session, health=config.health)
     sources.append(source)
 
     def emit(ev: Any) -> None:
@@ -155,7 +187,6 @@ def _dashboard(args: argparse.Namespace, config: Any, settings: Any, queue: Any,
                sources: list[Any]) -> int:
     from specdash.commands.dashboard import QUIT_GRACE_S, attach_outputs
     from specdash.config import find_config_path
-    from specdash.session import Session
     from specdash.sources.embedded import EmbeddedSource
     from specdash.tui.app import DashboardOptions, SpecdashApp
     from specdash.tui.terminal import run_app
@@ -169,7 +200,7 @@ def _dashboard(args: argparse.Namespace, config: Any, settings: Any, queue: Any,
     )
 
     def source(launched: Any, prompts: Any) -> EmbeddedSource:
-        made = EmbeddedSource(Session, launched or settings, queue.adopt(prompts), on_session=link.on_session,
+        made = EmbeddedSource(sessions(args), launched or settings, queue.adopt(prompts), on_session=link.on_session,
                               health=config.health)
         sources.append(made)
         return made

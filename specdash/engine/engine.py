@@ -297,7 +297,13 @@ class Engine:
         assert self.controller is not None
         self.controller.price_draft(*model_price(self.drafter))
 
-    def _drain(self) -> Iterator[Event]:
+    def take_stop(self) -> bool:
+        """Whether a Stop arrived, forgetting it (a batch ends every request in flight on it
+        and goes on with the next ones: engine/batch)."""
+        stop, self._stop = self._stop, False
+        return stop
+
+    def drain(self) -> Iterator[Event]:
         """Apply queued commands; while paused, block until resumed or stopped."""
         while True:
             try:
@@ -340,7 +346,7 @@ class Engine:
         up_front = ctl.needs_costs() and (full or costs is None or not costs.lazy)
         if not (up_front or price_rollback):
             return
-        sizes = rules.cost_sizes(self._limits(), run.n_past, self.settings.k_max)
+        sizes = rules.cost_sizes(self.limits(), run.n_past, self.settings.k_max)
         t0 = time.perf_counter()
         cal = calibrate(target, run.n_past, run.tokens, sizes, replay=price_rollback)
         if not cal.ms:
@@ -387,7 +393,7 @@ class Engine:
             if failed:
                 yield NoticeEvent("warning", failed, t=E.now())
 
-    def _run_settings(self, run: Run) -> EngineSettings:
+    def run_settings(self, run: Run) -> EngineSettings:
         """The settings a step of `run` uses: the engine's, with the request's own on top.
         A request's K ceiling (speculative.n_max) also caps a fixed K and adaptive's floor."""
         over = run.options.overrides
@@ -400,7 +406,7 @@ class Engine:
             changes["k_min"] = min(s.k_min, changes["k_max"])
         return s.replace(**changes)
 
-    def _limits(self) -> rules.Limits:
+    def limits(self) -> rules.Limits:
         """What bounds every draft on the target's context (its rollback among them)."""
         target = self.target
         return rules.Limits(target.n_ctx, target.n_batch, target.n_vocab, self._rollback().strategy.max_draft)
@@ -425,11 +431,11 @@ class Engine:
         """Draft up to K tokens, verify them in one target batch, commit the accepted
         prefix plus one target token, roll back the rest. What does not depend on running
         the target is in step_rules, which whatif's simulated step shares."""
-        s, target, rb = self._run_settings(run), self.target, self._rollback()
+        s, target, rb = self.run_settings(run), self.target, self._rollback()
         rng = run.rng or self.rng
         t_step = time.perf_counter()
         content = self.detector.label if self.detector is not None else ""
-        limits = self._limits()
+        limits = self.limits()
         room = rules.room(limits, run.n_past, run.generated, run.max_tokens)
 
         # 1. Draft.
@@ -552,14 +558,19 @@ class Engine:
             self.controller.reset()
         return own
 
-    def _generate(self, prompt: Sequence[int], max_tokens: int, options: RunOptions) -> Iterator[Event]:
-        target = self.target
+    def start_drafting(self, prompt: Sequence[int]) -> None:
+        """A new run starts drafting on `prompt`: the drafter, adaptive K and the content
+        detector start over (a batch's lone request too: engine/batch)."""
         self.drafter.reset()
         if self.controller:
             self.controller.new_prompt()
             self._price_drafter()
         if self.detector is not None:  # the prompt's own class is the prior for the first tokens
-            self.detector.reset(target.detokenize(prompt))
+            self.detector.reset(self.target.detokenize(prompt))
+
+    def _generate(self, prompt: Sequence[int], max_tokens: int, options: RunOptions) -> Iterator[Event]:
+        target = self.target
+        self.start_drafting(prompt)
         t0 = time.perf_counter()
         # The same prompt again (a sweep's next K, a bench round) reuses its rows.
         reused = target.prefill_prompt(prompt[:-1], any_rows=options.reuse_rows)
@@ -577,7 +588,7 @@ class Engine:
             if run.generated >= max_tokens:
                 run.stop_reason = "max_tokens"
                 break
-            yield from self._drain()
+            yield from self.drain()
             if self._stop:
                 run.stop_reason = "stopped"
                 break
@@ -595,7 +606,7 @@ class Engine:
             if self.settings.adaptive:
                 yield from self._measure_costs(run)  # adaptive switched on mid-run
             yield self.step(run)
-        yield self._summary(run, prompt, prefill_ms, time.perf_counter() - decode_start)
+        yield summarize(run, prompt, prefill_ms, time.perf_counter() - decode_start)
         yield from self.save_costs()
 
     def warm_up(self, prompt: Sequence[int]) -> Iterator[Event]:
@@ -621,30 +632,32 @@ class Engine:
         said, self._said = self._said, []
         yield from said
 
-    def _summary(self, run: Run, prompt: Sequence[int], prefill_ms: float, decode_s: float) -> Summary:
-        run.text.append(run.utf8.decode(b"", final=True))
-        c = run.counters
-        return Summary(
-            text="".join(run.text),
-            stop_reason=run.stop_reason,
-            n_prompt=len(prompt),
-            n_generated=run.generated,
-            num_drafts=c.num_drafts,
-            num_draft_tokens=c.num_draft_tokens,
-            num_accepted_tokens=c.num_accepted_tokens,
-            num_accepted_tokens_per_pos=list(c.per_pos_accepted),
-            acceptance_rate=c.acceptance_rate,
-            mean_accepted_length=c.mean_accepted_length,
-            tokens_per_s=run.generated / decode_s if decode_s > 0 else 0.0,
-            prefill_tokens_per_s=(len(prompt) - 1) / (prefill_ms / 1e3) if prefill_ms > 0 else 0.0,
-            prefill_ms=prefill_ms,
-            decode_s=decode_s,
-            draft_ms=c.draft_ms,
-            verify_ms=c.verify_ms,
-            other_ms=c.other_ms,
-            steps=c.steps,
-            t=E.now(),
-        )
+def summarize(run: Run, prompt: Sequence[int], prefill_ms: float, decode_s: float, request: str = "") -> Summary:
+    """The run's end: its text, counters and rates (`request`: whose, in a batch)."""
+    run.text.append(run.utf8.decode(b"", final=True))
+    c = run.counters
+    return Summary(
+        text="".join(run.text),
+        stop_reason=run.stop_reason,
+        n_prompt=len(prompt),
+        n_generated=run.generated,
+        num_drafts=c.num_drafts,
+        num_draft_tokens=c.num_draft_tokens,
+        num_accepted_tokens=c.num_accepted_tokens,
+        num_accepted_tokens_per_pos=list(c.per_pos_accepted),
+        acceptance_rate=c.acceptance_rate,
+        mean_accepted_length=c.mean_accepted_length,
+        tokens_per_s=run.generated / decode_s if decode_s > 0 else 0.0,
+        prefill_tokens_per_s=(len(prompt) - 1) / (prefill_ms / 1e3) if prefill_ms > 0 else 0.0,
+        prefill_ms=prefill_ms,
+        decode_s=decode_s,
+        draft_ms=c.draft_ms,
+        verify_ms=c.verify_ms,
+        other_ms=c.other_ms,
+        steps=c.steps,
+        request=request,
+        t=E.now(),
+    )
 
 
 def _take_draft_rollback(drafter: Drafter) -> tuple[float, int]:

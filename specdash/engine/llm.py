@@ -49,7 +49,8 @@ def _kv_override_array(overrides: dict[str, int | float | bool]) -> Any:
 
 
 class LLM:
-    """A model + context with one sequence (seq 0). Not thread-safe: one owner thread."""
+    """A model + context, with one sequence (seq 0) unless made with n_seq > 1 (a server's
+    batch: engine/batch). Not thread-safe: one owner thread."""
 
     def __init__(
         self,
@@ -63,13 +64,16 @@ class LLM:
         n_rs_seq: int = 0,
         repack_setting: str = "auto",
         load_mtp: bool = False,
+        n_seq: int = 1,
     ):
         """n_rs_seq: recurrent-state snapshots to ask for (the longest draft to take back
         without a checkpoint); llama.cpp keeps them only for some architectures, and a KV
         cache ignores it. `self.strategy` says what the context really has.
         repack_setting: weight repacking (engine/repack.py); "auto" probes once per machine.
         load_mtp: load the model's multi-token-prediction head too, where it has one
-        (llama.cpp skips those tensors otherwise); `self.mtp_loaded` says if it did."""
+        (llama.cpp skips those tensors otherwise); `self.mtp_loaded` says if it did.
+        n_seq: sequences the context holds, each with n_ctx positions of its own (llama.cpp's
+        streams: a sequence attends only to its own rows), for several requests in one batch."""
         self.path = Path(path)
         self.kv_overrides = dict(kv_overrides or {})
         # A vocabulary-only load places no weights: nothing to decide, no probe to run.
@@ -98,6 +102,9 @@ class LLM:
         # rows a prefill_prompt wrote (the prompt cache: see prefill_prompt).
         self._rows: list[int] = []
         self._prefilled = 0
+        # The same for every other sequence (n_seq > 1): seq id -> its rows.
+        self._seq_rows: dict[int, list[int]] = {0: self._rows}
+        self.n_seq = max(1, n_seq)
         self.ctx = None
         self._batch = None
         self.strategy = Strategy("kv")
@@ -112,7 +119,8 @@ class LLM:
             return
         self.n_threads = n_threads or physical_cores().count
         cparams = ll.llama_context_default_params()
-        cparams.n_ctx = n_ctx
+        cparams.n_ctx = n_ctx * self.n_seq
+        cparams.n_seq_max = self.n_seq
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
         cparams.n_threads = self.n_threads
@@ -130,7 +138,7 @@ class LLM:
             ll.llama_model_free(self.model)
             self.model = None
             raise SpecdashError(f"{self.path}: failed to create a context (n_ctx={n_ctx}): {why}")
-        self.n_ctx = ll.llama_n_ctx(self.ctx)
+        self.n_ctx = ll.llama_n_ctx_seq(self.ctx)  # what one sequence holds
         self.n_batch = n_batch
         self.mem = ll.llama_get_memory(self.ctx)
         self._batch = ll.llama_batch_init(n_batch, 0, 1)
@@ -213,13 +221,14 @@ class LLM:
 
     # --- decoding -------------------------------------------------------------------
     @overload
-    def decode(self, tokens: Sequence[int], start_pos: int, logits: Literal["all", "last"] = "all") -> np.ndarray: ...
+    def decode(self, tokens: Sequence[int], start_pos: int, logits: Literal["all", "last"] = "all",
+               seq: int = 0) -> np.ndarray: ...
 
     @overload
-    def decode(self, tokens: Sequence[int], start_pos: int, logits: None) -> None: ...
+    def decode(self, tokens: Sequence[int], start_pos: int, logits: None, seq: int = 0) -> None: ...
 
-    def decode(self, tokens: Sequence[int], start_pos: int, logits: Literal["all", "last"] | None = "all"
-               ) -> np.ndarray | None:
+    def decode(self, tokens: Sequence[int], start_pos: int, logits: Literal["all", "last"] | None = "all",
+               seq: int = 0) -> np.ndarray | None:
         """Decode `tokens` at positions start_pos.. in one batch (must fit n_batch).
 
         logits: "all" -> (len, n_vocab) rows, "last" -> (1, n_vocab), None -> nothing.
@@ -228,37 +237,74 @@ class LLM:
         n = len(tokens)
         if n == 0 or n > self.n_batch:
             raise ValueError(f"batch of {n} tokens (n_batch={self.n_batch})")
+        rows = self._decode([(seq, tokens, start_pos)], logits == "all", logits == "last")
+        if seq == 0:
+            for observer in self.observers:
+                observer.decoded(tokens, start_pos)
+        return None if logits is None else self._logits(rows)
+
+    def decode_seqs(self, parts: Sequence[tuple[int, Sequence[int], int]]) -> np.ndarray:
+        """Several sequences in one batch: (seq, tokens, start_pos) each, logits for every
+        row, in the order given (a VIEW, valid until the next decode). No observer sees it:
+        an MTP head follows seq 0 alone, and a batched server drafts without one."""
+        n = sum(len(tokens) for _, tokens, _ in parts)
+        if n == 0 or n > self.n_batch:
+            raise ValueError(f"batch of {n} tokens (n_batch={self.n_batch})")
+        return self._logits(self._decode(parts, True, False))
+
+    def _decode(self, parts: Sequence[tuple[int, Sequence[int], int]], want_all: bool, last: bool) -> int:
+        """Fill the batch, decode it, keep each sequence's rows; how many logit rows."""
         b: Any = self._batch
-        b.n_tokens = n
-        want_all = logits == "all"
-        for i, tok in enumerate(tokens):
-            b.token[i] = tok
-            b.pos[i] = start_pos + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
-            b.logits[i] = want_all
-        if logits == "last":
-            b.logits[n - 1] = True
-        if start_pos != len(self._rows):
-            self._cut_rows(start_pos)
+        i = 0
+        for seq, tokens, start_pos in parts:
+            if not 0 <= seq < self.n_seq:
+                raise ValueError(f"sequence {seq} (the context holds {self.n_seq})")
+            for j, tok in enumerate(tokens):
+                b.token[i] = tok
+                b.pos[i] = start_pos + j
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = seq
+                b.logits[i] = want_all
+                i += 1
+            if start_pos != len(self._rows_of(seq)):
+                self._cut_rows(start_pos, seq)
+        b.n_tokens = i
+        if last:
+            b.logits[i - 1] = True
         rc = ll.llama_decode(self.ctx, b)
         if rc != 0:
-            self._cut_rows(start_pos)  # what llama.cpp kept of a failed batch is not known
+            for seq, _, start_pos in parts:  # what llama.cpp kept of a failed batch is not known
+                self._cut_rows(start_pos, seq)
             raise RuntimeError(f"llama_decode failed with code {rc}: {last_log_error()}")
-        self._rows.extend(tokens)
-        for observer in self.observers:
-            observer.decoded(tokens, start_pos)
-        if logits is None:
-            return None
-        rows = n if want_all else 1
+        for seq, tokens, _ in parts:
+            self._rows_of(seq).extend(tokens)
+        return i if want_all else 1
+
+    def _logits(self, rows: int) -> np.ndarray:
         ptr = ll.llama_get_logits(self.ctx)
         out: np.ndarray = np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
         return out
 
-    def prefill(self, tokens: Sequence[int], start_pos: int = 0) -> None:
+    def prefill(self, tokens: Sequence[int], start_pos: int = 0, seq: int = 0) -> None:
         """Decode a long sequence in n_batch chunks without logits."""
         for i in range(0, len(tokens), self.n_batch):
-            self.decode(tokens[i : i + self.n_batch], start_pos + i, logits=None)
+            self.decode(tokens[i : i + self.n_batch], start_pos + i, logits=None, seq=seq)
+
+    def prefill_seq(self, seq: int, tokens: Sequence[int]) -> int:
+        """prefill_prompt(tokens, any_rows=True) for sequence `seq`: every row it already
+        holds that `tokens` starts with is kept (a recurrent state cannot be cut back: it
+        is cleared instead). Returns the tokens reused."""
+        if seq == 0:
+            return self.prefill_prompt(tokens, any_rows=True)
+        keep = 0
+        if self.strategy.kind == "kv":
+            for a, b in zip(self._rows_of(seq), tokens):
+                if a != b:
+                    break
+                keep += 1
+        self.kv_truncate(keep, seq)
+        self.prefill(tokens[keep:], keep, seq)
+        return keep
 
     def prefill_prompt(self, tokens: Sequence[int], any_rows: bool = False) -> int:
         """Bring the memory to exactly `tokens` from position 0, like clear() + prefill(),
@@ -293,15 +339,16 @@ class LLM:
             self._prefilled = len(tokens)
         return keep
 
-    def kv_truncate(self, n_keep: int) -> None:
-        """Drop every KV entry at position >= n_keep (rejected drafts)."""
-        if n_keep < len(self._rows):
-            self._cut_rows(n_keep)
-        if not ll.llama_memory_seq_rm(self.mem, 0, n_keep, -1):
-            raise RuntimeError(f"llama_memory_seq_rm failed at position {n_keep}")
+    def kv_truncate(self, n_keep: int, seq: int = 0) -> None:
+        """Drop every KV entry of `seq` at position >= n_keep (rejected drafts)."""
+        if n_keep < len(self._rows_of(seq)):
+            self._cut_rows(n_keep, seq)
+        if not ll.llama_memory_seq_rm(self.mem, seq, n_keep, -1):
+            raise RuntimeError(f"llama_memory_seq_rm failed at position {n_keep} of sequence {seq}")
 
     def clear(self) -> None:
-        self._cut_rows(0)
+        for seq in self._seq_rows:
+            self._cut_rows(0, seq)
         ll.llama_memory_clear(self.mem, True)
         for observer in self.observers:
             observer.cleared()
@@ -311,9 +358,17 @@ class LLM:
         """The tokens in the memory of seq 0, position by position (a copy)."""
         return list(self._rows)
 
-    def _cut_rows(self, n: int) -> None:
-        del self._rows[n:]
-        self._prefilled = min(self._prefilled, n)
+    def seq_rows(self, seq: int) -> list[int]:
+        """The tokens in the memory of sequence `seq` (a copy)."""
+        return list(self._rows_of(seq))
+
+    def _rows_of(self, seq: int) -> list[int]:
+        return self._seq_rows.setdefault(seq, [])
+
+    def _cut_rows(self, n: int, seq: int = 0) -> None:
+        del self._rows_of(seq)[n:]
+        if seq == 0:
+            self._prefilled = min(self._prefilled, n)
 
     def close(self) -> None:
         if self._batch is not None:

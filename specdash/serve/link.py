@@ -19,6 +19,7 @@ from typing import Any
 from specdash import events as E
 from specdash.commands_registry import parse_command
 from specdash.events import ContractError
+from specdash.engine.batch.costs import paying_width
 from specdash.engine.llm import LLM
 from specdash.errors import SpecdashError
 from specdash.metrics_exporter import MetricsExporter
@@ -36,7 +37,8 @@ WARM_UP = "Write a Python function that returns the sum of a list of numbers."
 class EngineLink:
     def __init__(self, queue: ServeQueue, exporter: MetricsExporter, n_ctx: int,
                  send: Callable[[E.Command], None] | None = None, aliases: tuple[str, ...] = (),
-                 max_tokens: int | None = None):
+                 max_tokens: int | None = None, parallel: int | None = 1):
+        """parallel: requests in one target batch (serve --parallel); None: measured at start."""
         self.queue = queue
         self.exporter = exporter
         self.n_ctx = n_ctx
@@ -53,6 +55,8 @@ class EngineLink:
         self._vocab_lock = threading.Lock()  # llama.cpp's tokenizer is not documented thread-safe
         self._drafters: Callable[[str], str | None] = lambda spec: None
         self._settings: E.SettingsEvent | None = None
+        self.parallel = parallel
+        self.width = parallel or 1  # what the session runs at once, once decided (on_session)
         self._running: list[str] = []
         self._waiting: list[str] = []
         self.served = 0
@@ -75,7 +79,26 @@ class EngineLink:
         self._drafters = session.drafter_unavailable
         self.status = "calibrating"
         yield from session.warm_up(WARM_UP)
+        yield from self._choose_width(session)
         self.status = "ok"
+
+    def _choose_width(self, session: Any) -> Iterator[E.Event]:
+        """How many requests share a target batch: --parallel's N, or under auto the widest
+        batch whose per-request step costs at most PAYS of one request's alone, timed now."""
+        if self.parallel is not None:
+            session.width = self.parallel
+        else:
+            ms = session.batch_widths(WARM_UP)
+            session.width = paying_width(ms)
+            if ms:
+                one = ms[1]
+                costs = ", ".join(f"{w} at once {v / one:.2f}x" for w, v in sorted(ms.items()) if w > 1)
+                yield E.NoticeEvent("info", f"serve --parallel auto: a plain step of {costs} one request's "
+                                    f"({one:.1f} ms): up to {session.width} in one batch", t=E.now())
+            else:
+                yield E.NoticeEvent("info", "serve --parallel auto: this target's state cannot be cut back per "
+                                    "request (recurrent or hybrid): one request at a time", t=E.now())
+        self.width = session.width
 
     def feed(self, ev: E.Event) -> None:
         """Every event the source emits (any thread)."""
@@ -150,7 +173,7 @@ class EngineLink:
         s = self._settings
         return {
             "model_path": s.target_path if s else "",
-            "total_slots": 1,
+            "total_slots": self.width,
             "build_info": "specdash",
             # What `specdash attach` reads to know it may drive and steer this server.
             "specdash": {"serve": True, "steer": "/v1/specdash/command", "commands": list(STEERABLE)},
@@ -164,10 +187,12 @@ class EngineLink:
         }
 
     def slots(self) -> list[dict[str, Any]]:
-        """One slot: the request in flight, if any (llama-server's /slots)."""
-        running = self._running[0] if self._running else ""
-        return [{"id": 0, "n_ctx": self.n_ctx, "is_processing": bool(running), "id_task": running,
-                 "queued": list(self._waiting)}]
+        """A slot per request the batch holds, with the one in flight there (llama-server's
+        /slots); the first lists those waiting."""
+        running = list(self._running)
+        return [{"id": i, "n_ctx": self.n_ctx, "is_processing": i < len(running),
+                 "id_task": running[i] if i < len(running) else "",
+                 **({"queued": list(self._waiting)} if i == 0 else {})} for i in range(max(self.width, 1))]
 
     def close(self) -> None:
         with self._vocab_lock:

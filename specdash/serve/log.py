@@ -35,7 +35,8 @@ class EventLog:
             case E.Summary():
                 acc = "" if not ev.num_draft_tokens else \
                     f", drafted {ev.num_draft_tokens}, accepted {ev.num_accepted_tokens}"
-                self._say(f"{self._title}: {ev.n_prompt} prompt tokens, {ev.n_generated} generated at "
+                # In a batch (serve --parallel) the request names itself: its tag is its title.
+                self._say(f"{ev.request or self._title}: {ev.n_prompt} prompt tokens, {ev.n_generated} generated at "
                           f"{ev.tokens_per_s:.1f} tok/s ({ev.stop_reason}{acc})")
             case E.QueueEvent() if ev.waiting:
                 self._say(f"queue: {len(ev.running)} running, {len(ev.waiting)} waiting")

@@ -19,7 +19,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from specdash import events as E
 from specdash.engine import supports as engine_supports
@@ -82,6 +82,29 @@ class SessionLike(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class Runner(Protocol):
+    """A batch of requests (engine/batch/runner.BatchRunner)."""
+
+    slots: dict[int, Any]
+
+    @property
+    def free(self) -> int: ...
+
+    def step(self) -> Iterator[Event]: ...
+
+
+class BatchingSession(SessionLike, Protocol):
+    """A session that runs a server's requests in one target batch (serve --parallel)."""
+
+    width: int  # requests at once; 1: one at a time
+
+    def batch(self, width: int) -> Runner: ...
+
+    def admit_request(self, runner: Runner, req: Served, tag: str) -> Iterator[Event]: ...
+
+    def admit_prompt(self, runner: Runner, text: str, max_tokens: int | None, tag: str) -> Iterator[Event]: ...
 
 
 SessionFactory = Callable[[EngineSettings, Progress], SessionLike]
@@ -223,6 +246,7 @@ class EmbeddedSource:
         self._last_progress = float("-inf")
         self._clock = clock  # throttles progress reports; tests pass a fake one
         self._health = health  # the health rules' thresholds ([health] in the config)
+        self._batch: dict[str, WorkItem] = {}  # a server's requests in one batch (_serve_batched)
 
     # --- Source ------------------------------------------------------------------------
     def start(self, emit: Callable[[Event], None]) -> None:
@@ -352,6 +376,9 @@ class EmbeddedSource:
                     self._emit(ev)
                 continue
             idle_said = False
+            if getattr(session, "width", 1) > 1 and self.prompts.serving:
+                self._serve_batched(cast(BatchingSession, session), item)
+                continue
             self._run_item(session, item)
 
     def _run_item(self, session: SessionLike, item: WorkItem) -> None:
@@ -395,13 +422,81 @@ class EmbeddedSource:
             self.prompts.running = None
             self._queue_changed()
 
+    def _serve_batched(self, session: BatchingSession, first: WorkItem) -> None:
+        """A server's requests, up to session.width in one target batch (engine/batch): each
+        joins between steps and leaves when it ends while the others go on. Returns when
+        none runs and none waits (the loop above then waits for the next)."""
+        runner = session.batch(session.width)
+        batch: dict[str, WorkItem] = {}  # by tag: the requests in the batch
+        self._batch = batch
+        item: WorkItem | None = first
+        try:
+            while not self._shutdown.is_set():
+                while item is not None:
+                    self._admit(session, runner, batch, item)
+                    item = self.prompts.pop_nowait() if runner.free else None
+                if not batch:
+                    return
+                with self._lock:
+                    self._running = True
+                for ev in runner.step():
+                    self._batch_event(batch, ev)
+                item = self.prompts.pop_nowait() if runner.free else None
+        finally:
+            for done in batch.values():
+                if done.request is not None:
+                    done.request.fail("the engine stopped before this request finished")
+            batch.clear()
+            with self._lock:
+                self._running = False
+            self._queue_changed()
+            if item is not None:
+                self.prompts.requeue(item)  # taken as the source closed: the next source runs it
+
+    def _admit(self, session: BatchingSession, runner: Runner, batch: dict[str, WorkItem], item: WorkItem) -> None:
+        request = item.request
+        if request is not None and not request.begin():
+            self._queue_changed()  # its client left while it waited
+            return
+        tag = item.title
+        batch[tag] = item
+        self._queue_changed()
+        self._emit(E.PromptEvent(item.title, item.text, request=tag, t=E.now()))
+        try:
+            events = session.admit_prompt(runner, item.text, item.max_tokens, tag) if request is None \
+                else session.admit_request(runner, request, tag)
+            for ev in events:
+                self._batch_event(batch, ev)
+        except SpecdashError as exc:  # one request's failure is its own, as one at a time
+            del batch[tag]
+            if request is not None:
+                request.fail(str(exc))
+            self._emit(E.NoticeEvent("warning", f"{item.title} failed: {exc}", t=E.now()))
+            self._queue_changed()
+
+    def _batch_event(self, batch: dict[str, WorkItem], ev: Event) -> None:
+        """Emit a batch's event and hand it to the request it belongs to."""
+        if isinstance(ev, E.SettingsEvent):
+            with self._lock:
+                self._paused = ev.paused
+        self._emit(ev)
+        tag = getattr(ev, "request", "")
+        item = batch.get(tag) if tag else None
+        if item is None:
+            return
+        if item.request is not None:
+            item.request.feed(ev)
+        if isinstance(ev, E.Summary):
+            del batch[tag]
+            self._queue_changed()
+
     def _queue_changed(self) -> None:
         """A server's queue, as the dashboard and the exporter show it."""
         if not self.prompts.serving:
             return
-        running = self.prompts.running
-        self._emit(E.QueueEvent(running=[running.title] if running is not None else [],
-                                waiting=[w.title for w in self.prompts.waiting()], t=E.now()))
+        running = [item.title for item in self._batch.values()] if self._batch else \
+            [self.prompts.running.title] if self.prompts.running is not None else []
+        self._emit(E.QueueEvent(running=running, waiting=[w.title for w in self.prompts.waiting()], t=E.now()))
 
     def _progress(self, message: str, fraction: float | None) -> None:
         if self._shutdown.is_set():

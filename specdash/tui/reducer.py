@@ -68,6 +68,9 @@ class DashState:
     requests: RequestLog = field(default_factory=RequestLog)  # one row per finished request
     queue: QueueEvent | None = None  # a server's requests, running and waiting (specdash serve)
     _judged: str = "unknown"  # the last verdict that was not "unknown" (chart markers)
+    # The request whose text the generation panel shows when several run in one batch (a
+    # server's --parallel): the newest; "" when one runs at a time.
+    following: str = ""
     prompt_serial: int = 0  # grows with every new prompt and every rewind: the text restarts
     events: int = 0  # events folded so far
     t: float | None = None  # the `t` of the latest event: where a replay stands
@@ -106,6 +109,8 @@ class DashState:
         match ev:
             case StepEvent():
                 self.stats.feed(ev)
+                if ev.request != self.following:
+                    return  # another request of the batch: the text panel follows one
                 kind = ev.drafter if ev.drafter == "xvocab" else True
                 self.pieces.extend((p, kind if d else False) for p, d in zip(ev.pieces, ev.from_draft, strict=True))
             case CountersEvent() | PrefillEvent():
@@ -128,6 +133,7 @@ class DashState:
                     self.state = state
             case PromptEvent(title=title, text=text):
                 self.prompt_title, self.prompt_text = title, text
+                self.following = ev.request
                 self.pieces = []
                 self.prompt_serial += 1
                 if self.state != "paused":

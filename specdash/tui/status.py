@@ -102,6 +102,8 @@ def status_parts(state: DashState, fallback: tuple[str, str], width: int) -> tup
         "temp": f"T {st.temperature:g}" if st is not None and st.temperature is not None else None,
         "experts": f"experts {st.experts_active}/{st.expert_count}"
         if st is not None and st.expert_count else None,
+        # Several requests in one target batch (serve --parallel): the last step's width.
+        "batch": f"batch {step.batch}" if step is not None and step.batch > 1 else None,
     }
     give_way = [k for k in optional if optional[k]]
 
@@ -134,6 +136,8 @@ def status_parts(state: DashState, fallback: tuple[str, str], width: int) -> tup
             parts.append(k_part)
         parts += [v for k in ("temp", "experts") if (v := shown.get(k))]
         parts += rest
+        if batch := shown.get("batch"):
+            parts.append(batch)
         if alarm:
             parts.append(alarm)
         elif healthy := shown.get("health"):

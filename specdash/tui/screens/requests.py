@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 COLUMNS = (("when", "when"), ("request", "request"), ("prompt", "prompt"), ("generated", "gen"),
            ("drafted", "drafted"), ("accepted", "accept"), ("length", "acc len"), ("tps", "tok/s"),
-           ("drafter", "drafter"))
-TITLE_WIDTH = 12  # all nine columns fit 80 columns
+           ("k", "K"), ("drafter", "drafter"))
+TITLE_WIDTH = 12  # all ten columns fit 80 columns
 
 
 def when(seconds: float) -> str:
@@ -41,7 +41,8 @@ def cells(row: RequestRow) -> list[Any]:
     return [right(when(row.since_start)), title, right(str(row.n_prompt)), right(str(row.n_generated)),
             right(str(row.drafted)), right(str(row.accepted)),
             right("–" if row.acceptance_length is None else f"{row.acceptance_length:.2f}"),
-            right(f"{row.tokens_per_s:.1f}"), row.drafter or "–"]
+            right(f"{row.tokens_per_s:.1f}"), right("–" if row.mean_k is None else f"{row.mean_k:.1f}"),
+            row.drafter or "–"]
 
 
 def histogram_title(row: RequestRow | None) -> str:
@@ -51,7 +52,8 @@ def histogram_title(row: RequestRow | None) -> str:
         return f"Acceptance length · {row.title}: nothing drafted"
     steps = sum(row.histogram)
     source = "the server's histogram" if row.histogram_from == "server" else "from its steps"
-    return (f"Acceptance length · {row.title}: {steps} drafting steps, bar j = steps that accepted j "
+    batch = f", in batches of {row.mean_batch:.1f} requests" if row.mean_batch and row.mean_batch > 1 else ""
+    return (f"Acceptance length · {row.title}: {steps} drafting steps{batch}, bar j = steps that accepted j "
             f"draft tokens ({source})")
 
 

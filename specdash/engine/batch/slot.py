@@ -1,0 +1,52 @@
+"""One request in the batch: its sequence in the target's context, its run, its drafter."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from specdash.engine.drafters.base import Draft, Drafter, NoDrafter
+from specdash.engine.drafters.kinds import KINDS, Parts
+from specdash.engine.drafters.suffix import SuffixDrafter
+from specdash.engine.settings import EngineSettings, SamplingParams
+
+if TYPE_CHECKING:
+    from specdash.engine.engine import Run
+
+# What a slot drafts with when the spec names a draft model or the MTP head, which a batch
+# cannot run per sequence (engine/batch/__init__.py says why): auto's copy sources.
+COPIES_ONLY = "auto"
+
+
+def copy_drafter(spec: str, settings: EngineSettings) -> tuple[Drafter, str]:
+    """A drafter of its own for one sequence, from model-free sources only, and what it is
+    (the spec, or how a model spec was taken). Each slot has its own suffix memory: the
+    session's one follows one sequence."""
+    note = ""
+    if spec not in KINDS or spec == "mtp":
+        spec, note = COPIES_ONLY, f"{spec} drafts one sequence; copies here"
+    parts = Parts(settings, free=lambda drafter: drafter, suffix=SuffixDrafter, model=lambda: None, head=None)
+    drafter = KINDS[spec].build(parts)
+    return drafter, note or spec
+
+
+@dataclass(eq=False)
+class Slot:
+    seq: int  # its sequence id in the target's context
+    tag: str  # the request it serves: events name it
+    prompt: list[int]
+    run: Run
+    drafter: Drafter
+    spec: str  # the drafter spec it was built from ("" for a request's own, kept through swaps)
+    prefill_ms: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+
+    def drafts(self, tokens: Sequence[int], cap: int, sampling: SamplingParams,
+               rng: np.random.Generator | None) -> list[Draft]:
+        """What each of its sources offers, up to `cap` tokens. Every source is asked, even at
+        cap 0: the suffix source must see every step."""
+        return [part.propose(tokens, cap, sampling, rng) for part in self.drafter.parts()
+                if not isinstance(part, NoDrafter)]
