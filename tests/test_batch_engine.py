@@ -237,3 +237,28 @@ def test_sampled_output_keeps_the_target_distribution_with_two_sequences(session
     d, bound = F.uniformity(values)
     assert len(values) > 400
     assert d < bound, f"PIT values are not uniform: KS distance {d:.3f} > {bound:.3f} over {len(values)}"
+
+
+def test_a_new_request_on_sequence_0_leaves_the_other_sequences_rows_alone(session, reference, near_ties):
+    """Sequence 0 freed and taken by a prompt sharing nothing with its rows: only its own
+    rows go (a whole-memory clear would wipe the request still running beside it)."""
+    apply(session, E.SetDrafter("lookup"), E.SetK(4))
+    first, beside = session.target.tokenize(TEXTS[0]), session.target.tokenize(TEXTS[1])
+    fresh = session.target.tokenize("Zebras cross the road at noon, every day,", add_special=False)
+    assert fresh[0] != first[0]
+    runner = session.batch(2)
+    tokens = {"first": [], "beside": [], "fresh": []}
+    list(runner.admit(first, 3, RunOptions(), "first"))  # on sequence 0 (the batch was empty)
+    list(runner.admit(beside, N, RunOptions(), "beside"))
+    admitted = False
+    while runner.slots:
+        for ev in runner.step():
+            if isinstance(ev, StepEvent):
+                tokens[ev.request].extend(ev.tokens)
+        if not admitted and 0 not in runner.slots:
+            list(runner.admit(fresh, 12, RunOptions(), "fresh"))
+            assert runner.slots[0].tag == "fresh"
+            admitted = True
+    assert admitted and len(tokens["beside"]) > 12
+    assert_plain(reference, beside, tokens["beside"], "beside a new sequence 0", near_ties)
+    assert_plain(reference, fresh, tokens["fresh"], "the new sequence 0", near_ties)

@@ -297,6 +297,12 @@ class Engine:
         assert self.controller is not None
         self.controller.price_draft(*model_price(self.drafter))
 
+    def take_refeed(self) -> bool:
+        """Whether the target was reloaded (an expert count) since asked, so its memory must
+        be rebuilt from the runs' tokens (a batch does it for every sequence: engine/batch)."""
+        refeed, self._needs_refeed = self._needs_refeed, False
+        return refeed
+
     def take_stop(self) -> bool:
         """Whether a Stop arrived, forgetting it (a batch ends every request in flight on it
         and goes on with the next ones: engine/batch)."""

@@ -331,6 +331,10 @@ class LLM:
             keep = common if any_rows or same else common // self.n_batch * self.n_batch
         if keep:
             self.kv_truncate(keep)
+        elif self.n_seq > 1:  # other sequences hold other requests' rows: empty seq 0 alone
+            self.kv_truncate(0)
+            for observer in self.observers:
+                observer.cleared()
         else:
             self.clear()
         self.prefill(tokens[keep:], keep)

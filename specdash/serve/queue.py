@@ -34,7 +34,8 @@ class ServeQueue(PromptQueue):
         """Cancel the request running and every one waiting (the server is leaving):
         (running, waiting) cancelled. Their clients are told why."""
         counts = [0, 0]
-        for n, item in ((0, self.running), *((1, w) for w in self.waiting())):
+        running = [(0, item) for item in (self.batch or (self.running,))]
+        for n, item in (*running, *((1, w) for w in self.waiting())):
             request = item.request if item is not None else None
             if isinstance(request, ServedRequest) and request.state in ("waiting", "running"):
                 request.cancel()

@@ -7,8 +7,8 @@ stops.StopText) and passes it to the HTTP side's asyncio queue with
 the client leaves; the engine asks `stop_reason()` before every step, so generation ends
 within a step and the next request runs.
 
-A request is an object of its own (sampling, stop, speculative settings) so that batching
-several (a later wave) extends the scheduler rather than rewrites it.
+A request is an object of its own (sampling, stop, speculative settings): batched with
+others (serve --parallel, engine/batch), it is fed the events that name it.
 """
 
 from __future__ import annotations

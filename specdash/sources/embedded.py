@@ -14,6 +14,7 @@ threads before the process may exit. A daemon thread lets `q` return the termina
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 import traceback
 from collections import deque
@@ -149,6 +150,9 @@ class PromptQueue:
         self._closed = False
         self._poked = False
         self.running: WorkItem | None = None  # the item being generated (set by the source)
+        # A server's requests in one batch (serve --parallel), replaced whole by the source
+        # so the HTTP thread reading it never sees it change under it.
+        self.batch: tuple[WorkItem, ...] = ()
         self.on_change: Callable[[], None] = lambda: None  # pushed or taken (any thread)
 
     def poke(self) -> None:
@@ -246,7 +250,7 @@ class EmbeddedSource:
         self._last_progress = float("-inf")
         self._clock = clock  # throttles progress reports; tests pass a fake one
         self._health = health  # the health rules' thresholds ([health] in the config)
-        self._batch: dict[str, WorkItem] = {}  # a server's requests in one batch (_serve_batched)
+        self._typed_serial = itertools.count(1)  # prompts typed on a batching server: their tags
 
     # --- Source ------------------------------------------------------------------------
     def start(self, emit: Callable[[Event], None]) -> None:
@@ -428,12 +432,12 @@ class EmbeddedSource:
         none runs and none waits (the loop above then waits for the next)."""
         runner = session.batch(session.width)
         batch: dict[str, WorkItem] = {}  # by tag: the requests in the batch
-        self._batch = batch
         item: WorkItem | None = first
         try:
             while not self._shutdown.is_set():
                 while item is not None:
-                    self._admit(session, runner, batch, item)
+                    taken, item = item, None  # once admitted, never requeued (it is answered)
+                    self._admit(session, runner, batch, taken)
                     item = self.prompts.pop_nowait() if runner.free else None
                 if not batch:
                     return
@@ -447,6 +451,7 @@ class EmbeddedSource:
                 if done.request is not None:
                     done.request.fail("the engine stopped before this request finished")
             batch.clear()
+            self.prompts.batch = ()
             with self._lock:
                 self._running = False
             self._queue_changed()
@@ -458,8 +463,9 @@ class EmbeddedSource:
         if request is not None and not request.begin():
             self._queue_changed()  # its client left while it waited
             return
-        tag = item.title
+        tag = item.title if request is not None else f"{item.title} ({next(self._typed_serial)})"
         batch[tag] = item
+        self.prompts.batch = tuple(batch.values())
         self._queue_changed()
         self._emit(E.PromptEvent(item.title, item.text, request=tag, t=E.now()))
         try:
@@ -469,6 +475,7 @@ class EmbeddedSource:
                 self._batch_event(batch, ev)
         except SpecdashError as exc:  # one request's failure is its own, as one at a time
             del batch[tag]
+            self.prompts.batch = tuple(batch.values())
             if request is not None:
                 request.fail(str(exc))
             self._emit(E.NoticeEvent("warning", f"{item.title} failed: {exc}", t=E.now()))
@@ -484,18 +491,22 @@ class EmbeddedSource:
         item = batch.get(tag) if tag else None
         if item is None:
             return
-        if item.request is not None:
+        if isinstance(ev, E.Summary) and self._shutdown.is_set() and item.request is not None:
+            # Ended by the server leaving, not by itself: an error to its client, as one at a time.
+            item.request.fail("the server stopped before this request finished")
+        elif item.request is not None:
             item.request.feed(ev)
         if isinstance(ev, E.Summary):
             del batch[tag]
+            self.prompts.batch = tuple(batch.values())
             self._queue_changed()
 
     def _queue_changed(self) -> None:
         """A server's queue, as the dashboard and the exporter show it."""
         if not self.prompts.serving:
             return
-        running = [item.title for item in self._batch.values()] if self._batch else \
-            [self.prompts.running.title] if self.prompts.running is not None else []
+        batch, one = self.prompts.batch, self.prompts.running
+        running = [item.title for item in batch] if batch else [one.title] if one is not None else []
         self._emit(E.QueueEvent(running=running, waiting=[w.title for w in self.prompts.waiting()], t=E.now()))
 
     def _progress(self, message: str, fraction: float | None) -> None:

@@ -109,6 +109,10 @@ class BatchRunner:
         if engine.take_stop():
             yield from self.cancel_all()
             return
+        if engine.take_refeed():  # the target was reloaded (experts): every sequence's rows again
+            for slot in self.slots.values():
+                engine.target.prefill_seq(slot.seq, slot.run.tokens[:-1])
+            self._lone = None
         self._follow_drafter()
         self._check_stops()
         yield from self._finish()
@@ -249,6 +253,8 @@ class BatchRunner:
                 del self.slots[seq]
                 slot.drafter.close()
                 yield summarize(run, slot.prompt, slot.prefill_ms, time.perf_counter() - slot.started, request=slot.tag)
+                if not self.slots:  # the batch ran dry: keep what its steps taught the cost curve
+                    yield from self.engine.save_costs()
 
 
 def _common(rows: Sequence[int], prompt: Sequence[int]) -> int:
