@@ -262,3 +262,38 @@ def test_a_new_request_on_sequence_0_leaves_the_other_sequences_rows_alone(sessi
     assert admitted and len(tokens["beside"]) > 12
     assert_plain(reference, beside, tokens["beside"], "beside a new sequence 0", near_ties)
     assert_plain(reference, fresh, tokens["fresh"], "the new sequence 0", near_ties)
+
+
+@pytest.mark.parametrize("arch", ["lfm2", "mamba2"])
+def test_a_recurrent_target_batches_its_requests_without_speculation(request, arch, near_ties):
+    """Hybrid (lfm2) and recurrent (mamba2) targets: a state per sequence, and a batch of
+    them decodes plain (their rollback follows one sequence); each request its plain decoding."""
+    from specdash.engine.llm import LLM
+    from specdash.session import Session
+    from test_engine_exact import plain_greedy, teacher_forced_gaps
+
+    path = request.getfixturevalue(f"{arch}_path")
+    s = Session(EngineSettings(target=str(path), draft="lookup", adaptive=False, k=4, threads=1, ctx=512, raw=True,
+                               lookup_min_ngram=1), n_seq=2)
+    ref = LLM(path, n_ctx=512, n_threads=1)
+    try:
+        assert s.engine.target.strategy.kind != "kv"
+        assert s.batch_widths("The quick brown fox") == {}  # auto: one at a time here
+        prompts = [s.prompt_tokens("The quick brown fox jumps over the lazy dog. Once upon a time"),
+                   s.prompt_tokens("A B C D A B C D A B C")]
+        runner = s.batch(2)
+        tokens, _, steps = run_batch(runner, [(str(i), p, 24, RunOptions()) for i, p in enumerate(prompts)])
+        assert max(ev.batch for ev in steps) == 2
+        assert all(ev.drafted == 0 for ev in steps)
+        assert all("plain decoding" in ev.decision for ev in steps if ev.batch == 2)
+        for i, prompt in enumerate(prompts):
+            got, want = tokens[str(i)], plain_greedy(ref, prompt, len(tokens[str(i)]))
+            if got == want:
+                continue
+            j = next(j for j, (a, b) in enumerate(zip(got, want)) if a != b)
+            top, gap = teacher_forced_gaps(ref, prompt, got)[j]
+            assert top == got[j] or gap < TIE_GAP, f"{arch} request {i}: token {j} (gap {gap:.3f})"
+            near_ties.append(f"batch {arch} request {i}: token {j} (gap {gap:.3f})")
+    finally:
+        s.close()
+        ref.close()

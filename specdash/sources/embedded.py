@@ -425,6 +425,9 @@ class EmbeddedSource:
                 self._running = False
             self.prompts.running = None
             self._queue_changed()
+            # A command sent as the run ended found it running and poked nothing: wake the
+            # loop so it applies now, not with the next prompt (the K pressed there was lost).
+            self.prompts.poke()
 
     def _serve_batched(self, session: BatchingSession, first: WorkItem) -> None:
         """A server's requests, up to session.width in one target batch (engine/batch): each
@@ -455,6 +458,7 @@ class EmbeddedSource:
             with self._lock:
                 self._running = False
             self._queue_changed()
+            self.prompts.poke()  # as after one run: a command sent as the batch ran dry applies now
             if item is not None:
                 self.prompts.requeue(item)  # taken as the source closed: the next source runs it
 

@@ -367,6 +367,9 @@ class DashboardBase(App[int]):
                 case E.ReplayEvent(speed=speed) if speed == self._speed_request:
                     self._speed_request = None
                 case NoticeEvent(level=level, message=message):
+                    if message.startswith("k=") and " refused" in message.split(":", 1)[0]:
+                        # No settings will confirm it: the next + or - starts from the K in force.
+                        self._k_request = None
                     severity = {"error": "error", "warning": "warning"}.get(level, "information")
                     self.notify(message, severity=severity,  # type: ignore[arg-type]
                                 timeout=6 if severity != "information" else 3)
