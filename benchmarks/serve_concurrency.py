@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from peer_llamacpp import all_prompts  # noqa: E402
-from serve_vs_llamaserver import SERVE_PROMPTS, Arm, chat, forget, free_port, med, spread  # noqa: E402
+from serve_vs_llamaserver import SERVE_PROMPTS, Arm, chat, forget, free_port, med, spread, start_all  # noqa: E402
 
 from specdash.engine.repack import tool_args  # noqa: E402
 from specdash.llamacpp_tools import ensure_built  # noqa: E402
@@ -111,11 +111,7 @@ def main() -> int:
     # (set, clients, arm) -> per round: (total tok/s, latencies, drafted)
     cells: dict[tuple[str, int, str], list[tuple[float, list[float], int]]] = {}
     try:
-        for arm in arms:
-            print(f"starting {arm.name} ...", file=sys.stderr, flush=True)
-            arm.start(log_dir)
-        for arm in arms:  # a warm-up request each: first-request costs are no arm's speed
-            chat(arm.url, [{"role": "user", "content": "Hello"}], 8)
+        start_all(arms, log_dir)
         for rnd in range(args.rounds):
             order = arms[rnd % len(arms):] + arms[: rnd % len(arms)]
             for set_name, names in SETS.items():

@@ -167,6 +167,15 @@ def chat(url: str, messages: list[dict[str, str]], tokens: int) -> tuple[float, 
     return ttft, wall, n, "".join(text), {k: int(timings.get(k) or 0) for k in ("draft_n", "draft_n_accepted")}
 
 
+def start_all(arms: list[Arm], log_dir: Path) -> None:
+    """Start every arm, then send each a warm-up request: first-request costs are no arm's speed."""
+    for arm in arms:
+        print(f"starting {arm.name} ...", file=sys.stderr, flush=True)
+        arm.start(log_dir)
+    for arm in arms:
+        chat(arm.url, [{"role": "user", "content": "Hello"}], 8)
+
+
 def forget(arm: Arm) -> None:
     """specdash: start the request cold, as a new prompt would (its suffix drafter would
     otherwise recall this very answer from the round before: the same prompt again)."""
@@ -213,11 +222,7 @@ def main() -> int:
     pairs: list[Result] = []  # two clients at once: one row per request
     chats: list[Result] = []
     try:
-        for arm in servers:
-            print(f"starting {arm.name} ...", file=sys.stderr, flush=True)
-            arm.start(log_dir)
-        for arm in servers:  # a warm-up request each: first-request costs are no arm's speed
-            chat(arm.url, [{"role": "user", "content": "Hello"}], 8)
+        start_all(servers, log_dir)
         for rnd in range(args.rounds):
             order = servers[rnd % len(servers):] + servers[: rnd % len(servers)]
             for name, text in prompts:

@@ -55,11 +55,16 @@ def histogram_of(steps: list[StepEvent]) -> list[int]:
     """Index j: the drafting steps that accepted exactly j draft tokens."""
     hist: list[int] = []
     for ev in steps:
-        if ev.drafted > 0:
-            if len(hist) <= ev.accepted:
-                hist.extend([0] * (ev.accepted + 1 - len(hist)))
-            hist[ev.accepted] += 1
+        _count(hist, ev)
     return hist
+
+
+def _count(hist: list[int], ev: StepEvent) -> None:
+    """A drafting step adds one to the bar of the draft tokens it accepted."""
+    if ev.drafted > 0:
+        if len(hist) <= ev.accepted:
+            hist.extend([0] * (ev.accepted + 1 - len(hist)))
+        hist[ev.accepted] += 1
 
 
 class RequestLog:
@@ -86,10 +91,7 @@ class RequestLog:
                 run.steps += 1
                 run.k_sum += ev.k
                 run.batch_sum += max(ev.batch, 1)
-                if ev.drafted > 0:
-                    if len(run.hist) <= ev.accepted:
-                        run.hist.extend([0] * (ev.accepted + 1 - len(run.hist)))
-                    run.hist[ev.accepted] += 1
+                _count(run.hist, ev)
             case Summary():
                 run = self._open.pop(ev.request, _Open(ev.request))
                 if not ev.request:  # one at a time: the next Summary without a prompt keeps the title

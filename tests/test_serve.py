@@ -256,6 +256,21 @@ def test_bad_input_is_a_400_naming_the_field_and_the_server_goes_on(server, clie
     assert ok.usage.completion_tokens >= 1
 
 
+def leave_mid_stream(url: str, chunks: int, once_open=lambda: None) -> None:
+    """A long streamed chat that the client leaves after `chunks` chunks (closing the
+    connection); `once_open` runs once the stream has started."""
+    body = {"messages": [{"role": "user", "content": "Count from 1 to 500, one number per line."}],
+            "max_tokens": 600, "temperature": 0, "stream": True}
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as r:
+        once_open()
+        seen = 0
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                seen += 1
+                if seen == chunks:
+                    break  # leaving closes the connection
+
+
 def _metric(url: str, name: str, labels: str = "") -> float:
     text = httpx.get(url + "/metrics", timeout=10).text
     total = 0.0
@@ -269,15 +284,7 @@ def test_a_client_that_leaves_mid_stream_stops_generation(server, client):
     url = server[0]
     aborted = _metric(url, "specdash_request_success_total", 'finished_reason="abort"')
     generated = _metric(url, "specdash_generation_tokens_total")
-    body = {"messages": [{"role": "user", "content": "Count from 1 to 500, one number per line."}],
-            "max_tokens": 600, "temperature": 0, "stream": True}
-    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as r:
-        seen = 0
-        for line in r.iter_lines():
-            if line.startswith("data: {"):
-                seen += 1
-                if seen == 3:
-                    break  # leaving closes the connection
+    leave_mid_stream(url, 3)
     t0 = time.monotonic()
     ok = client.completions.create(model="smollm2-135m", prompt="Hello", temperature=0, max_tokens=2)
     assert ok.usage.completion_tokens >= 1

@@ -21,7 +21,7 @@ from cli_helpers import assert_usage_error, specdash  # noqa: E402
 from specdash import events as E  # noqa: E402
 from specdash.models.registry import model_path  # noqa: E402
 from specdash.recording import read_recording  # noqa: E402
-from test_serve import CTX, assert_plain, chat_tokens, start_server, stop_server  # noqa: E402
+from test_serve import CTX, assert_plain, chat_tokens, leave_mid_stream, start_server, stop_server  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -113,17 +113,8 @@ def test_a_client_leaving_mid_stream_ends_alone_while_the_others_go_on(batched, 
         result["story"] = r.choices[0].message.content or ""
         result["finish"] = r.choices[0].finish_reason
 
-    body = {"messages": [{"role": "user", "content": "Count from 1 to 500, one number per line."}],
-            "max_tokens": 600, "temperature": 0, "stream": True}
     staying = threading.Thread(target=stay)
-    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as r:
-        staying.start()
-        seen = 0
-        for line in r.iter_lines():
-            if line.startswith("data: {"):
-                seen += 1
-                if seen == 5:
-                    break  # leaving closes the connection
+    leave_mid_stream(url, 5, staying.start)
     staying.join(120)
     assert result.get("finish") in ("stop", "length"), result
     got = vocab.tokenize(result["story"], add_special=False)

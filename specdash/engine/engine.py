@@ -477,14 +477,7 @@ class Engine:
         if n_acc < len(draft.tokens):
             rb.keep(run.n_past + 1 + n_acc, batch)
         restore_ms = rb.take_ms()
-        run.n_past += 1 + n_acc
-        done = rules.commit(draft.tokens, n_acc, nxt, target.is_eog, run.generated, run.max_tokens)
-        run.tokens.extend(done.kept)
-        if done.eos:
-            run.stop_reason = "eos"
-        run.generated += len(done.tokens)
-        pieces = [run.utf8.decode(target.piece(t)) for t in done.tokens]
-        run.text.extend(pieces)
+        done, pieces = commit_run(run, target, draft.tokens, n_acc, nxt)
         if self.detector is not None:
             self.detector.update("".join(pieces))
 
@@ -637,6 +630,21 @@ class Engine:
     def _take_said(self) -> Iterator[Event]:
         said, self._said = self._said, []
         yield from said
+
+def commit_run(run: Run, target: LLM, draft: Sequence[int], n_acc: int, nxt: int) -> tuple[rules.Commit, list[str]]:
+    """`run` moves past a verified step: the accepted drafts and the target's own token
+    committed (step_rules.commit), its end of generation noted; the step's commit and the
+    text of each token (one request's step and a batch's both commit through here)."""
+    run.n_past += 1 + n_acc
+    done = rules.commit(draft, n_acc, nxt, target.is_eog, run.generated, run.max_tokens)
+    run.tokens.extend(done.kept)
+    if done.eos:
+        run.stop_reason = "eos"
+    run.generated += len(done.tokens)
+    pieces = [run.utf8.decode(target.piece(t)) for t in done.tokens]
+    run.text.extend(pieces)
+    return done, pieces
+
 
 def summarize(run: Run, prompt: Sequence[int], prefill_ms: float, decode_s: float, request: str = "") -> Summary:
     """The run's end: its text, counters and rates (`request`: whose, in a batch)."""

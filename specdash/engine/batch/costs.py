@@ -31,10 +31,10 @@ class BatchCosts:
     def cost(self, tokens: int, seqs: int) -> float | None:
         """Estimated ms of a batch of `tokens` tokens over `seqs` sequences."""
         own = self._shape.get((tokens, seqs))
-        one = self._one(tokens)
         if own is not None and own.count:
             # This shape ran before: its own moving average.
             return own.value
+        one = self._one(tokens)
         if one is None:
             return None
         ratio = self._ratio.get(seqs)

@@ -32,7 +32,7 @@ from specdash.engine.batch.slot import Slot, copy_drafter
 from specdash.engine.controller_settings import ControllerSettings
 from specdash.engine.draft_pricing import CopyPricing, expected_tokens
 from specdash.engine.drafters.base import Draft
-from specdash.engine.engine import Engine, RunOptions, Run, summarize
+from specdash.engine.engine import Engine, Run, RunOptions, commit_run, summarize
 from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
 from specdash.errors import SpecdashError
 from specdash.events import Event, PrefillEvent, StepEvent
@@ -86,7 +86,7 @@ class BatchRunner:
         t0 = time.perf_counter()
         reused = target.prefill_seq(seq, prompt[:-1])
         spec = options.drafter or engine.settings.draft
-        drafter, _ = copy_drafter(spec, engine.settings)
+        drafter = copy_drafter(spec, engine.settings)
         drafter.prefill(prompt)
         prefill_ms = (time.perf_counter() - t0) * 1e3
         run = Run(list(prompt), len(prompt) - 1, max_tokens, options=options,
@@ -192,14 +192,7 @@ class BatchRunner:
                                              run.rng or engine.rng)
             if n_acc < len(draft.tokens):
                 target.kv_truncate(run.n_past + 1 + n_acc, slot.seq)
-            run.n_past += 1 + n_acc
-            done = rules.commit(draft.tokens, n_acc, nxt, target.is_eog, run.generated, run.max_tokens)
-            run.tokens.extend(done.kept)
-            if done.eos:
-                run.stop_reason = "eos"
-            run.generated += len(done.tokens)
-            pieces = [run.utf8.decode(target.piece(t)) for t in done.tokens]
-            run.text.extend(pieces)
+            done, pieces = commit_run(run, target, draft.tokens, n_acc, nxt)
             self.copies.observe(draft.source, draft.evidence, len(draft.tokens), done.accepted)
             ev = StepEvent(
                 step=run.counters.steps + 1, k=choice.k if adaptive else s.k, drafter=rules.drafted_by(draft),
@@ -227,7 +220,7 @@ class BatchRunner:
         for slot in self.slots.values():
             if slot.spec and slot.spec != spec:
                 slot.drafter.close()
-                slot.drafter, _ = copy_drafter(spec, self.engine.settings)
+                slot.drafter = copy_drafter(spec, self.engine.settings)
                 slot.drafter.prefill(slot.run.tokens)
                 slot.spec = spec
 

@@ -21,16 +21,14 @@ if TYPE_CHECKING:
 COPIES_ONLY = "auto"
 
 
-def copy_drafter(spec: str, settings: EngineSettings) -> tuple[Drafter, str]:
-    """A drafter of its own for one sequence, from model-free sources only, and what it is
-    (the spec, or how a model spec was taken). Each slot has its own suffix memory: the
-    session's one follows one sequence."""
-    note = ""
+def copy_drafter(spec: str, settings: EngineSettings) -> Drafter:
+    """A drafter of its own for one sequence, from model-free sources only (a draft model or
+    MTP spec drafts with COPIES_ONLY). Each slot has its own suffix memory: the session's one
+    follows one sequence."""
     if spec not in KINDS or spec == "mtp":
-        spec, note = COPIES_ONLY, f"{spec} drafts one sequence; copies here"
+        spec = COPIES_ONLY
     parts = Parts(settings, free=lambda drafter: drafter, suffix=SuffixDrafter, model=lambda: None, head=None)
-    drafter = KINDS[spec].build(parts)
-    return drafter, note or spec
+    return KINDS[spec].build(parts)
 
 
 @dataclass(eq=False)
