@@ -179,7 +179,7 @@ def start_all(arms: list[Arm], log_dir: Path) -> None:
 def forget(arm: Arm) -> None:
     """specdash: start the request cold, as a new prompt would (its suffix drafter would
     otherwise recall this very answer from the round before: the same prompt again)."""
-    if arm.name == "specdash":
+    if arm.name.startswith("specdash"):  # every specdash arm (serve_concurrency's -fifo too)
         httpx.post(arm.url + "/v1/specdash/command", json={"command": "forget"}, timeout=30).raise_for_status()
 
 

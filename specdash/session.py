@@ -363,10 +363,11 @@ class Session:
     def batch(self, width: int) -> BatchRunner:
         """A batch of up to `width` requests in one target batch per step (serve --parallel):
         one per session and width, so what it learned (copies' acceptance, batch costs)
-        outlives a quiet moment between requests."""
+        outlives a quiet moment between requests. Its sequences' suffix drafters share the
+        session's memory of earlier answers, as the one-request step does."""
         runner = self._runner
         if runner is None or runner.width != width or runner.engine is not self.engine or runner.slots:
-            runner = self._runner = BatchRunner(self.engine, width)
+            runner = self._runner = BatchRunner(self.engine, width, self._session_suffix().history)
         return runner
 
     def admit_request(self, runner: BatchRunner, req: Served, tag: str) -> Iterator[Event]:

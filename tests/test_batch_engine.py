@@ -156,6 +156,43 @@ def test_hot_swaps_reach_every_request_mid_batch_and_output_stays_plain(session,
         assert_plain(reference, prompt, tokens[str(i)], f"swap request {i}", near_ties)
 
 
+def test_an_answer_given_in_a_batch_is_copied_by_the_next_request_alone(session, reference, near_ties):
+    """Every sequence's suffix drafter shares the session's memory of earlier answers: an
+    answer given in a batch is there for the next request, run alone on the engine's own
+    suffix drafter. Measured against the same request after a Forget."""
+    story, other = (session.target.tokenize(t) for t in (TEXTS[3], TEXTS[0]))
+    runner = session.batch(4)
+
+    def alone() -> tuple[list[int], int]:
+        tokens, _, steps = run_batch(runner, [("again", story, N, RunOptions())])
+        assert all(ev.batch == 1 for ev in steps)
+        return tokens["again"], sum(ev.accepted for ev in steps)
+
+    apply(session, E.Forget(), E.SetDrafter("suffix"), E.SetK(8))
+    cold, cold_copied = alone()
+    apply(session, E.Forget())
+    # "other" runs longer: "story" is answered in the batch from its first step to its last.
+    first, _, steps = run_batch(runner, [("story", story, N, RunOptions()), ("other", other, N + 16, RunOptions())])
+    assert {ev.batch for ev in steps if ev.request == "story"} == {2}
+    assert len(runner.memory.corpora) == 2  # each answer of the batch, once
+    warm, warm_copied = alone()
+    assert len(runner.memory.corpora) == 3  # alone: the engine's drafter remembers it, not also its slot
+    for what, got in (("cold", cold), ("in the batch", first["story"]), ("after the batch", warm)):
+        assert_plain(reference, story, got, f"a story {what}", near_ties)
+    assert warm_copied >= cold_copied + N // 2, (cold_copied, warm_copied)
+
+    # Alone from its first step, then joined: remembered once (by the engine's drafter,
+    # which followed it from its prompt), not also by its slot.
+    before = len(runner.memory.corpora)
+    list(runner.admit(story, N, RunOptions(), "first"))
+    widths = [ev.batch for _ in range(3) for ev in runner.step() if isinstance(ev, StepEvent)]
+    list(runner.admit(other, N, RunOptions(), "joins"))
+    while runner.slots:
+        widths += [ev.batch for ev in runner.step() if isinstance(ev, StepEvent)]
+    assert widths[:3] == [1, 1, 1] and 2 in widths
+    assert len(runner.memory.corpora) == before + 2
+
+
 def test_adaptive_batch_choices_are_shown_per_request(session):
     """Under adaptive K, each step's decision names the batch and why this request's K."""
     apply(session, E.SetDrafter("auto"), E.SetAdaptive(True))

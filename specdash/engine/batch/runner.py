@@ -10,7 +10,9 @@ A request alone in the batch, on sequence 0, runs the engine's own step (Engine.
 with one sequence the batch's best K is the one-request controller's, and that step has
 every drafter, the draft model and the session's suffix memory included. So one client
 gets what one-at-a-time serving gives it; a second joining turns the next step into a
-batch of copies, and the first keeps its place and its own copy drafter.
+batch of copies, and the first keeps its place and its own copy drafter. Every sequence's
+suffix drafter reads and adds to the session's memory of earlier answers: what a batch
+answered is copied later as what one request answered alone is.
 
 A recurrent or hybrid target has one state per sequence but no way to take back part of a
 batch for one sequence alone (its snapshots and checkpoints follow sequence 0), so there
@@ -32,6 +34,7 @@ from specdash.engine.batch.slot import Slot, copy_drafter
 from specdash.engine.controller_settings import ControllerSettings
 from specdash.engine.draft_pricing import CopyPricing, expected_tokens
 from specdash.engine.drafters.base import Draft
+from specdash.engine.drafters.suffix import SuffixHistory
 from specdash.engine.engine import Engine, Run, RunOptions, commit_run, summarize
 from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
 from specdash.errors import SpecdashError
@@ -39,7 +42,9 @@ from specdash.events import Event, PrefillEvent, StepEvent
 
 
 class BatchRunner:
-    def __init__(self, engine: Engine, width: int):
+    def __init__(self, engine: Engine, width: int, memory: SuffixHistory | None = None):
+        """memory: the earlier answers every sequence's suffix drafter reads and adds to
+        (the session's); None gives the batch one of its own."""
         if width < 1 or engine.target.n_seq < width:
             raise SpecdashError(f"a batch of {width} needs a target context with {width} sequences "
                                 f"(it holds {engine.target.n_seq})")
@@ -49,6 +54,7 @@ class BatchRunner:
         self.copies = CopyPricing(ControllerSettings())  # acceptance by source and match length, shared
         self.costs = BatchCosts(self._one_sequence)
         self._lone: Slot | None = None  # the request the engine's own drafter follows now
+        self.memory = memory if memory is not None else SuffixHistory()
 
     # --- who is in the batch ------------------------------------------------------------
     @property
@@ -86,7 +92,7 @@ class BatchRunner:
         t0 = time.perf_counter()
         reused = target.prefill_seq(seq, prompt[:-1])
         spec = options.drafter or engine.settings.draft
-        drafter = copy_drafter(spec, engine.settings)
+        drafter = copy_drafter(spec, engine.settings, self.memory)
         drafter.prefill(prompt)
         prefill_ms = (time.perf_counter() - t0) * 1e3
         run = Run(list(prompt), len(prompt) - 1, max_tokens, options=options,
@@ -132,6 +138,9 @@ class BatchRunner:
         model catches up, priced by adaptive K)."""
         engine = self.engine
         if self._lone is not slot:
+            # Alone from its first step, the engine's drafter remembers it (from its prompt;
+            # alone again later, in two overlapping pieces); else the slot's own does.
+            slot.engine_remembers = slot.engine_remembers or slot.run.generated == 0
             engine.start_drafting(slot.run.tokens)
             engine.drafter.prefill(slot.run.tokens)
             self._lone = slot
@@ -220,7 +229,7 @@ class BatchRunner:
         for slot in self.slots.values():
             if slot.spec and slot.spec != spec:
                 slot.drafter.close()
-                slot.drafter = copy_drafter(spec, self.engine.settings)
+                slot.drafter = copy_drafter(spec, self.engine.settings, self.memory)
                 slot.drafter.prefill(slot.run.tokens)
                 slot.spec = spec
 
@@ -244,6 +253,12 @@ class BatchRunner:
                 run.stop_reason = "max_tokens"
             if run.stop_reason:
                 del self.slots[seq]
+                if slot.engine_remembers:
+                    # Its answer goes into the shared memory once, whole, and now: the
+                    # next batch's sequences may copy it before another request runs alone.
+                    self.engine.drafter.reset()
+                    self._lone = None
+                    slot.forget_answer()
                 slot.drafter.close()
                 yield summarize(run, slot.prompt, slot.prefill_ms, time.perf_counter() - slot.started, request=slot.tag)
                 if not self.slots:  # the batch ran dry: keep what its steps taught the cost curve

@@ -10,7 +10,7 @@ import numpy as np
 
 from specdash.engine.drafters.base import Draft, Drafter, NoDrafter
 from specdash.engine.drafters.kinds import KINDS, Parts
-from specdash.engine.drafters.suffix import SuffixDrafter
+from specdash.engine.drafters.suffix import SuffixDrafter, SuffixHistory
 from specdash.engine.settings import EngineSettings, SamplingParams
 
 if TYPE_CHECKING:
@@ -21,13 +21,15 @@ if TYPE_CHECKING:
 COPIES_ONLY = "auto"
 
 
-def copy_drafter(spec: str, settings: EngineSettings) -> Drafter:
+def copy_drafter(spec: str, settings: EngineSettings, memory: SuffixHistory) -> Drafter:
     """A drafter of its own for one sequence, from model-free sources only (a draft model or
-    MTP spec drafts with COPIES_ONLY). Each slot has its own suffix memory: the session's one
-    follows one sequence."""
+    MTP spec drafts with COPIES_ONLY). Its suffix source follows this sequence alone but
+    matches against, and adds its answer to, `memory`: the earlier answers it shares with
+    the batch's other sequences and the session's own suffix drafter."""
     if spec not in KINDS or spec == "mtp":
         spec = COPIES_ONLY
-    parts = Parts(settings, free=lambda drafter: drafter, suffix=SuffixDrafter, model=lambda: None, head=None)
+    parts = Parts(settings, free=lambda drafter: drafter, suffix=lambda: SuffixDrafter(history=memory),
+                  model=lambda: None, head=None)
     return KINDS[spec].build(parts)
 
 
@@ -41,6 +43,15 @@ class Slot:
     spec: str  # the drafter spec it was built from ("" for a request's own, kept through swaps)
     prefill_ms: float = 0.0
     started: float = field(default_factory=time.perf_counter)
+    # It ran alone from its first step: the engine's own drafter followed it from its
+    # prompt, and that drafter's suffix source remembers its answer (not this slot's).
+    engine_remembers: bool = False
+
+    def forget_answer(self) -> None:
+        """Its suffix source ends this answer unremembered (the engine's remembers it)."""
+        for part in self.drafter.parts():
+            if isinstance(part, SuffixDrafter):
+                part.drop()
 
     def drafts(self, tokens: Sequence[int], cap: int, sampling: SamplingParams,
                rng: np.random.Generator | None) -> list[Draft]:

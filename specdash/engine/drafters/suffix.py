@@ -69,6 +69,38 @@ def _match_length(a: list[int], pa: int, b: list[int], pb: int, lo: int, hi: int
     return lo
 
 
+class SuffixHistory:
+    """Earlier sequences (prompt tail + output), oldest first, bounded by `max_sequences` and
+    `max_tokens`. One drafter owns one; a batched server's sequences share the session's,
+    so an answer given in a batch is remembered as one given alone (engine/batch/slot.py)."""
+
+    __slots__ = ("corpora", "max_sequences", "max_tokens", "tokens")
+
+    def __init__(self, max_sequences: int = 64, max_tokens: int = 32768) -> None:
+        if max_sequences < 0 or max_tokens < 0:
+            raise SpecdashError(
+                f"suffix drafter max_sequences={max_sequences} max_tokens={max_tokens} "
+                "refused: both must be >= 0"
+            )
+        self.max_sequences = max_sequences
+        self.max_tokens = max_tokens
+        self.corpora: deque[_Corpus] = deque()
+        self.tokens = 0
+
+    def add(self, tokens: list[int]) -> None:
+        kept = tokens[-self.max_tokens :] if self.max_tokens else []
+        if not kept or not self.max_sequences:
+            return
+        self.corpora.append(_Corpus(kept))
+        self.tokens += len(kept)
+        while self.corpora and (len(self.corpora) > self.max_sequences or self.tokens > self.max_tokens):
+            self.tokens -= len(self.corpora.popleft().tokens)
+
+    def clear(self) -> None:
+        self.corpora.clear()
+        self.tokens = 0
+
+
 class SuffixDrafter:
     """Drafts from the longest suffix match over the current sequence and earlier outputs.
 
@@ -98,6 +130,7 @@ class SuffixDrafter:
         max_candidates: int = 64,
         max_sequences: int = 64,
         max_tokens: int = 32768,
+        history: SuffixHistory | None = None,
     ):
         if max_depth < 1 or alpha <= 0 or not 0 <= min_prob <= 1 or max_candidates < 1:
             raise SpecdashError(
@@ -105,25 +138,18 @@ class SuffixDrafter:
                 f"max_candidates={max_candidates} refused: need max_depth >= 1, alpha > 0, "
                 "0 <= min_prob <= 1, max_candidates >= 1"
             )
-        if max_sequences < 0 or max_tokens < 0:
-            raise SpecdashError(
-                f"suffix drafter max_sequences={max_sequences} max_tokens={max_tokens} "
-                "refused: both must be >= 0"
-            )
         self.max_depth = max_depth
         self.alpha = alpha
         self.min_prob = min_prob
         self.max_candidates = max_candidates
-        self.max_sequences = max_sequences
-        self.max_tokens = max_tokens
+        # Earlier sequences: its own, or one shared with other drafters (a batch's).
+        self.history = history if history is not None else SuffixHistory(max_sequences, max_tokens)
         self._mirror = TokenMirror()
         self._local = _Corpus(self._mirror.tokens)
         # Length of the first sequence seen after reset: where the prompt ended, as long
         # as the caller shows the drafter every step (a k = 0 call on plain steps).
         self._prompt_len: int | None = None
         self._caller_tokens: Sequence[int] | None = None  # the last `tokens` argument
-        self._history: deque[_Corpus] = deque()  # earlier sequences, oldest first
-        self._history_tokens = 0
 
     # --- memory across prompts ----------------------------------------------------------
     def _archive(self) -> None:
@@ -135,15 +161,8 @@ class SuffixDrafter:
         self._caller_tokens = None
         toks = self._mirror.tokens
         start = max(0, (self._prompt_len or 0) - self.max_depth)
-        if self._prompt_len is not None and len(toks) > self._prompt_len and self.max_sequences:
-            kept = toks[start:][-self.max_tokens :] if self.max_tokens else []
-            if kept:
-                self._history.append(_Corpus(kept))
-                self._history_tokens += len(kept)
-        while self._history and (
-            len(self._history) > self.max_sequences or self._history_tokens > self.max_tokens
-        ):
-            self._history_tokens -= len(self._history.popleft().tokens)
+        if self._prompt_len is not None and len(toks) > self._prompt_len:
+            self.history.add(toks[start:])
 
     def _start(self) -> None:
         self._mirror.clear()
@@ -155,7 +174,7 @@ class SuffixDrafter:
         """(anchor length, occurrences (corpus tokens, continuation position)) for the
         longest anchor of `cur`'s suffix that occurs anywhere; most recent first."""
         end = len(cur)
-        corpora = [self._local, *reversed(self._history)]
+        corpora = [self._local, *reversed(self.history.corpora)]
         for n in _ANCHORS:
             if n > end or n > self.max_depth:
                 continue
@@ -236,10 +255,15 @@ class SuffixDrafter:
     def set_cut(self, p_joint: float) -> None:
         pass  # a copy has no confidence of its own to cut by
 
+    def drop(self) -> None:
+        """End the current sequence without remembering it: another drafter sharing this
+        history remembers it (a batch's request that ran alone, engine/batch/runner.py)."""
+        self._caller_tokens = None
+        self._start()
+
     def forget(self) -> None:
         """Drop every earlier sequence: the next prompt starts with no memory."""
-        self._history.clear()
-        self._history_tokens = 0
+        self.history.clear()
         self._caller_tokens = None
         self._start()
 
