@@ -232,3 +232,51 @@ def test_columns_give_way_in_order_of_use() -> None:
     assert fit_columns(widths, 80)[0] == ("server", "status", "gen", "acceptance")
     assert fit_columns(widths, 240)[0] == COLUMN_KEYS
     assert "backend" not in fit_columns(widths, 160)[0] and "gen" in fit_columns(widths, 100)[0]
+
+
+@sync
+async def test_the_cached_rows_draw_as_datatable_draws_them() -> None:
+    """FleetTable draws a row from its own caches (by the row's version, not its place):
+    after updates, sorts, cursor moves and a hover, every body row is what DataTable's own
+    drawing gives, segment for segment, the click meta (row, column) included."""
+    from rich.segment import Segment
+    from textual.coordinate import Coordinate
+    from textual.widgets import DataTable
+
+    app = Host()
+    async with app.run_test(size=(160, 20)) as pilot:
+        screen = app.fleet
+        urls = [f"http://h{i}:8080" for i in range(12)]
+        for i, url in enumerate(urls):
+            screen.update_server(row(url, generation_tokens_per_s=float(i), state="down" if i == 3 else "up",
+                                     health="stalled" if i == 5 else "healthy"))
+        screen.flush()
+        await pilot.pause()
+        table = screen.table
+
+        def same_as_datatable(what: str) -> None:
+            base = table.rich_style
+            for index in range(table.row_count):
+                key = table._row_locations.get_key(index)
+                ours = table._render_line_in_row(key, 0, base, table.cursor_coordinate, table.hover_coordinate)
+                theirs = DataTable._render_line_in_row(table, key, 0, base, table.cursor_coordinate,
+                                                       table.hover_coordinate)
+                # Cell by cell, runs of one style joined (a strip is simplified so on screen).
+                flat = [[(seg.text, seg.style, seg.style.meta if seg.style else None) for seg in Segment.simplify(cell)]
+                        for part in ours for cell in part]
+                want = [[(seg.text, seg.style, seg.style.meta if seg.style else None) for seg in Segment.simplify(cell)]
+                        for part in theirs for cell in part]
+                assert flat == want, f"{what}: row {index} differs"
+
+        same_as_datatable("first draw")
+        await pilot.press("s", "s", "s")  # sorted by gen tok/s: every row moves
+        same_as_datatable("sorted")
+        screen.update_server(row(urls[7], generation_tokens_per_s=99.0, acceptance_rate=0.9))
+        screen.flush()
+        await pilot.press("down", "down")
+        same_as_datatable("updated, cursor moved")
+        table.hover_coordinate = Coordinate(4, 2)
+        table._set_hover_cursor(True)
+        same_as_datatable("hovered")
+        await pilot.press("r")
+        same_as_datatable("reversed")

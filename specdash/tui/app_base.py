@@ -16,6 +16,7 @@ last good settings.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -132,6 +133,8 @@ class DashboardBase(App[int]):
     WIDE_COLUMNS, TALL_ROWS = 120, 36
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (TALL_ROWS, "-tall")]
+
+    last_key_at = 0.0  # time.monotonic() of the last key
 
     # The dashboard's own keys; the command registry's come first (see __init__).
     BINDINGS = [
@@ -445,6 +448,11 @@ class DashboardBase(App[int]):
         if isinstance(self.screen, SweepScreen) and c is not None and c.command is not None:
             return False  # the sweep view owns the engine; its own keys are in its footer
         return footer_state(action, self.state, self._declared())
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key):
+            self.last_key_at = time.monotonic()  # full collections wait for a quiet moment (tui/gc_pacing)
+        await super().on_event(event)
 
     def on_key(self, event: events.Key) -> None:
         """A key whose control the footer hides (the source cannot do it: K on a recording,

@@ -31,8 +31,11 @@ def run_app(app: Any, keymap: dict[str, str] | None = None, mouse: bool = True) 
     """Run a dashboard app in this terminal; its return code (0 where it set none).
     keymap: the config's [keys] (tui/keymap.check_keymap); mouse=False leaves the mouse
     to the terminal ([ui] mouse = false: its own text selection works)."""
+    from specdash.tui.gc_pacing import GcPacer
+
     follow_the_terminal()
     if keymap:
         app.set_keymap(keymap)
-    app.run(mouse=mouse)
+    with GcPacer(lambda: getattr(app, "last_key_at", 0.0)):
+        app.run(mouse=mouse)
     return app.return_code or 0

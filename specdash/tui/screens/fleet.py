@@ -31,7 +31,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Static
-from textual.widgets._data_table import SegmentLines
+from textual.geometry import Region
+from textual.strip import Strip
+from textual.widgets._data_table import ColumnKey, RowKey, SegmentLines
 
 from specdash.events import ServerEvent
 from specdash.health import SEVERITY, VERDICT_OF, VERDICTS, is_alarm
@@ -184,49 +186,145 @@ def fit_columns(widths: dict[str, int], width: int) -> tuple[tuple[str, ...], in
 
 
 class FleetTable(DataTable[Any]):
-    """DataTable whose body cells (every one a line of Text) are drawn from a cache keyed by
-    what they show, not by the table's update count.
+    """DataTable whose body rows are drawn from caches keyed by what they show, not by the
+    table's update count.
 
-    DataTable keys every cell's drawing by its update count, which any change raises: one
-    row's new figures, or a sort, laid out every visible cell again through rich's general
-    layout (padding, wrapping, cropping). Here a cell's text, cut to its column, aligned and
-    padded, is cached by its text, style and width; each draw only styles it for where it
-    is now (the row's stripe, the cursor, the row and column a click reports). So a sort
-    reorders cached cells, and an update lays out only the cells whose text changed: a sort
-    and its draw at 100 servers and 200x50 went from 46 to 24 ms. (Key to screen in
-    benchmarks/fleet_scale.py did not follow: its slow tenth is Python's full collections,
-    benchmarks/results/fleet-scale-cell-cache.txt.) Anything else takes DataTable's own path."""
+    DataTable keys every row's and cell's drawing by its update count, which any change
+    raises: one row's new figures, or a sort, laid out every visible cell again through
+    rich's general layout (padding, wrapping, cropping), 48 rows x 13 cells at 200x50. Here:
+    - a cell's text, cut to its column, aligned and padded, is cached by its text, style and
+      width (`_bodies`);
+    - a row's drawing, styled for its stripe, the cursor and the hover, is cached by the
+      row's own version (raised when one of its cells changes), not its place (`_lines`);
+      where it sits now is added as each draw asks for it (the row and column a click
+      reports).
+    So a sort reorders drawn rows, and an update draws again only the rows that changed.
+    Anything else (the header, row labels, fixed columns, a cursor other than rows, rows
+    of several lines) takes DataTable's own path."""
 
-    BODY_CACHE = 8192  # cells: 100 servers x 13 columns, several figures each, both stripes
+    # Sized for what is drawn again, not for every figure seen: the cells and rows of 100
+    # servers on both stripes (48 rows show at 200x50). An uptime changes every second, so
+    # a larger cache only holds more of them (benchmarks/fleet_scale.py's memory check).
+    BODY_CACHE = 2048  # cells
+    LINE_CACHE = 512  # rows
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        # Before DataTable's own: it clears the caches as it starts.
         self._bodies: LRUCache[tuple[Any, ...], list[Segment]] = LRUCache(self.BODY_CACHE)
+        self._lines: LRUCache[tuple[Any, ...], tuple[list[list[Segment]], Style]] = LRUCache(self.LINE_CACHE)
+        self._versions: dict[RowKey, int] = {}
         self._metas: dict[tuple[int, int], Style] = {}  # what a click on (row, column) reports
+        self._styled: LRUCache[tuple[Any, ...], list[Segment]] = LRUCache(self.BODY_CACHE)
+        self._row_styles: dict[tuple[Any, ...], Style] = {}
+        self._base: Style | None = None  # the widget's style, read once per drawing pass
+        super().__init__(*args, **kwargs)
 
-    def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
-                     cursor: bool = False, hover: bool = False) -> SegmentLines:
-        if row_index < 0 or column_index < 0:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        row_key = self._row_locations.get_key(row_index)
-        column_key = self._column_locations.get_key(column_index)
-        row = self.rows.get(row_key) if row_key is not None else None
-        cell = self._data.get(row_key, {}).get(column_key) if row_key is not None and column_key is not None else None
-        if row is None or row.height != 1 or not isinstance(cell, Text) or "\n" in cell.plain:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        body_key = (cell.plain, cell.style, cell.justify, tuple(cell.spans), width, self.cell_padding)
-        body = self._bodies.get(body_key)
-        if body is None:
-            body = self._body(cell, width)
-            self._bodies[body_key] = body
-        fixed = row_index < self.fixed_rows or column_index < self.fixed_columns
-        component, post = self._get_styles_to_render_cell(
-            False, False, fixed, hover, cursor, self.show_cursor, self._show_hover_cursor,
-            self.cursor_foreground_priority == "css", self.cursor_background_priority == "css")
+    # --- what invalidates a row's drawing ---
+    def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str, value: Any, *,
+                    update_width: bool = False) -> None:
+        key = RowKey(row_key) if isinstance(row_key, str) else row_key
+        self._versions[key] = self._versions.get(key, 0) + 1
+        super().update_cell(row_key, column_key, value, update_width=update_width)
+
+    def _clear_caches(self) -> None:
+        super()._clear_caches()
+        self._lines.clear()
+        self._row_styles.clear()
+
+    def notify_style_update(self) -> None:
+        for cache in (self._lines, self._bodies, self._styled, self._row_styles):
+            cache.clear()
+        super().notify_style_update()
+
+    # --- styles DataTable computes again for every line (each ~0.1 ms: the DOM walked) ---
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._base = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._base = None
+
+    def render_line(self, y: int) -> Strip:
+        if self._base is None or self.fixed_rows:
+            return super().render_line(y)
+        scroll_x, scroll_y = self.scroll_offset
+        if y >= (self.header_height if self.show_header else 0):
+            y += scroll_y
+        return self._render_line(y, scroll_x, scroll_x + self.size.width, self._base)
+
+    def _get_row_style(self, row_index: int, base_style: Style) -> Style:
+        kind = (-1 if row_index == -1 else -2 if row_index < self.fixed_rows
+                else row_index % 2 if self.zebra_stripes else -3)
+        key = (kind, base_style, self._pseudo_class_state)
+        style = self._row_styles.get(key)
+        if style is None:
+            style = self._row_styles[key] = super()._get_row_style(row_index, base_style)
+        return style
+
+    # --- drawing ---
+    def _render_line_in_row(self, row_key: RowKey, line_no: int, base_style: Style, cursor_location: Coordinate,
+                            hover_location: Coordinate) -> tuple[SegmentLines, SegmentLines]:
+        found = self._row_locations.get(row_key)
+        row_index = found if found is not None else -1
+        row = self.rows.get(row_key)
+        if (row_index < self.fixed_rows or row is None or row.height != 1 or self.cursor_type != "row"
+                or self.fixed_columns or (self._labelled_row_exists and self.show_row_labels)):
+            return super()._render_line_in_row(row_key, line_no, base_style, cursor_location, hover_location)
+        cursor = self.show_cursor and cursor_location.row == row_index
+        hover = self.show_cursor and self._show_hover_cursor and hover_location.row == row_index
+        widths = tuple(column.get_render_width(self) for column in self.ordered_columns)
+        key = (row_key, self._versions.get(row_key, 0), row_index % 2 if self.zebra_stripes else 0, cursor, hover,
+               base_style, widths, self.size.width, self._pseudo_class_state)
+        drawn = self._lines.get(key)
+        if drawn is None:
+            drawn = self._lines[key] = self._draw_row(row_index, base_style, widths, cursor, hover)
+        cells, extend_style = drawn
+        # Where the row sits now: every segment says its row and column (a click, a hover).
+        scrollable = [[Segment(text, style + self._meta(row_index, i) if style else self._meta(row_index, i))
+                       for text, style, _ in segments] for i, segments in enumerate(cells)]
+        scrollable.append([Segment(" " * max(0, self.size.width - sum(widths) - self._row_label_column_width),
+                                   extend_style + Style.from_meta({"row": row_index, "column": 0,
+                                                                  "out_of_bounds": True}))])
+        return [], scrollable
+
+    def _meta(self, row_index: int, column_index: int) -> Style:
         meta = self._metas.get((row_index, column_index))
         if meta is None:
             meta = self._metas[(row_index, column_index)] = Style.from_meta({"row": row_index, "column": column_index})
-        return [list(Segment.apply_style(body, base_style + meta + component, post))]
+        return meta
+
+    def _draw_row(self, row_index: int, base_style: Style, widths: tuple[int, ...], cursor: bool,
+                  hover: bool) -> tuple[list[list[Segment]], Style]:
+        """A row's cells styled for its stripe, cursor and hover (DataTable's rules), and the
+        style of the space after the last column; no meta (see _render_line_in_row)."""
+        row_style = self._get_row_style(row_index, base_style)
+        cells = [self._cell(row_index, column_index, row_style, width, cursor, hover)
+                 for column_index, width in enumerate(widths)]
+        extend, _ = self._get_styles_to_render_cell(False, False, False, hover, cursor, self.show_cursor,
+                                                    self._show_hover_cursor, False, False)
+        return cells, row_style + extend
+
+    def _cell(self, row_index: int, column_index: int, row_style: Style, width: int, cursor: bool,
+              hover: bool) -> list[Segment]:
+        row_key = self._row_locations.get_key(row_index)
+        column_key = self._column_locations.get_key(column_index)
+        cell = self._data.get(row_key, {}).get(column_key) if row_key is not None and column_key is not None else None
+        component, post = self._get_styles_to_render_cell(
+            False, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor,
+            self.cursor_foreground_priority == "css", self.cursor_background_priority == "css")
+        if not isinstance(cell, Text) or "\n" in cell.plain:
+            # DataTable's own drawing of it (the meta added per draw replaces its own).
+            return list(DataTable._render_cell(self, row_index, column_index, row_style, width, cursor, hover)[0])
+        body_key = (cell.plain, cell.style, cell.justify, tuple(cell.spans), width, self.cell_padding)
+        styled_key = (body_key, row_style, component, post)
+        styled = self._styled.get(styled_key)
+        if styled is None:
+            body = self._bodies.get(body_key)
+            if body is None:
+                body = self._bodies[body_key] = self._body(cell, width)
+            styled = self._styled[styled_key] = list(Segment.simplify(Segment.apply_style(body, row_style + component,
+                                                                                          post)))
+        return styled
 
     def _body(self, cell: Text, width: int) -> list[Segment]:
         """The cell's text cut to the column, aligned and padded, as DataTable lays it out."""
@@ -342,9 +440,10 @@ class FleetScreen(Screen[None]):
     def update_server(self, ev: ServerEvent) -> None:
         """One server's latest row. Call on the UI thread. A new server's row appears at
         once; changes to known rows are applied together by `flush`, at most FLUSH_S
-        later: any changed cell makes DataTable redraw every cell, and 8 servers polled
-        each second at their own moments would redraw the table 2-8 times a second
-        (benchmarks/attach_overhead.py --mode fleet: that was most of its CPU)."""
+        later: any change makes the table draw its visible lines again (FleetTable draws
+        only the changed rows anew), and 8 servers polled each second at their own moments
+        would have it do that 2-8 times a second (benchmarks/attach_overhead.py --mode
+        fleet: that was most of its CPU)."""
         self.servers[ev.url] = ev
         self._dirty.add(ev.url)
         if not self.is_mounted:
