@@ -226,6 +226,12 @@ class FleetTable(DataTable[Any]):
         self._versions[key] = self._versions.get(key, 0) + 1
         super().update_cell(row_key, column_key, value, update_width=update_width)
 
+    def add_row(self, *cells: Any, height: int | None = 1, key: str | None = None, label: Any = None) -> RowKey:
+        row_key = super().add_row(*cells, height=height, key=key, label=label)
+        # A key removed and added again is another row: never its old drawing.
+        self._versions[row_key] = self._versions.get(row_key, 0) + 1
+        return row_key
+
     def _clear_caches(self) -> None:
         super()._clear_caches()
         self._lines.clear()
