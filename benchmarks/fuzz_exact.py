@@ -669,8 +669,8 @@ def pit_run(session: Session, prompt_text: str, lines: Sequence[str], max_tokens
     verified: list[tuple[np.ndarray, list[int], np.ndarray | None]] = []
     real_decode, real_rule = target.decode, engine_module.verify_sampling
 
-    def decode(tokens: Sequence[int], start_pos: int, logits: Any = "all") -> Any:
-        out = real_decode(tokens, start_pos, logits)
+    def decode(tokens: Sequence[int], start_pos: int, logits: Any = "all", seq: int = 0) -> Any:
+        out = real_decode(tokens, start_pos, logits, seq)
         if logits == "all":
             logits_seen.append(np.array(out, copy=True))
         return out

@@ -67,10 +67,10 @@ class Factory:
             target = session.target
             decode = target.decode
 
-            def failing_decode(tokens, start_pos, logits="all"):
+            def failing_decode(tokens, start_pos, logits="all", seq=0):
                 if armed.is_set() and logits == "all":  # a verify batch, mid-step
                     raise RuntimeError("llama_decode failed with code -3 (injected)")
-                return decode(tokens, start_pos, logits)
+                return decode(tokens, start_pos, logits, seq)
 
             target.decode = failing_decode  # type: ignore[method-assign]
         elif self.where == "swap":

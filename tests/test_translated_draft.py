@@ -64,7 +64,7 @@ class ScriptedDraft:
         llm.clear = self.kv.clear  # type: ignore[method-assign]
         return llm
 
-    def decode(self, tokens, start_pos, logits="all"):
+    def decode(self, tokens, start_pos, logits="all", seq=0):
         assert start_pos == len(self.kv), f"decode at {start_pos} with {len(self.kv)} tokens in the KV"
         self.kv.extend(tokens)
         self.decoded += len(tokens)

@@ -2,8 +2,8 @@
 """Where do the fleet's slow key presses go? `specdash attach` on 100 fake servers in tmux,
 with a trace inside it: garbage collections (generation 2 always, 0 and 1 above 5 ms), the
 table's draws and flushes, the sort keys' handlers, and the event loop running late by more
-than 20 ms. Keys sent with tmux are timed to the screen (as benchmarks/fleet_scale.py does)
-and every press above --slow ms is printed with the trace around it.
+than 20 ms. Keys sent with tmux are timed to the screen as benchmarks/fleet_scale.py times
+them (its key_to_screen), and every press above --slow ms is printed with the trace around it.
 
     python benchmarks/experiments/fleet_press_trace.py [--presses 60] [--slow 120]
 
@@ -24,7 +24,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SESSION = "specdash-press-trace"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+# The fleet benchmark's terminal, and its timing of a key to the screen (its tmux session).
+from fleet_scale import HEIGHT, SESSION, WIDTH, key_to_screen, tmux  # noqa: E402
 
 # Runs inside the attaching process: wraps what the trace watches, then runs `specdash`.
 CHILD = r'''
@@ -67,14 +70,6 @@ runpy.run_module("specdash", run_name="__main__")
 '''
 
 
-def tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], capture_output=True, text=True).stdout
-
-
-def hint() -> str:
-    return next((line.strip() for line in tmux("capture-pane", "-p", "-t", SESSION).splitlines() if "sorted by" in line), "")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--servers", type=int, default=100)
@@ -90,23 +85,19 @@ def main() -> int:
     trace = work / "trace.log"
     env = f"PYTHONPATH={shlex.quote(str(ROOT))} TRACE_LOG={shlex.quote(str(trace))}"
     command = f"env {env} {shlex.quote(sys.executable)} {work / 'child.py'} attach {' '.join(urls)} --interval 1"
-    tmux("kill-session", "-t", SESSION)
-    tmux("new-session", "-d", "-s", SESSION, "-x", "200", "-y", "50", command)
+    subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True)  # none left: not an error
+    tmux("new-session", "-d", "-s", SESSION, "-x", str(WIDTH), "-y", str(HEIGHT), command)
     presses: list[tuple[float, str, float]] = []
     try:
         time.sleep(20)
         for i in range(args.presses):
-            before, key = hint(), "s" if i % 3 == 0 else "r"
-            sent, t0 = time.time(), time.perf_counter()
-            tmux("send-keys", "-t", SESSION, key)
-            while hint() == before and time.perf_counter() - t0 < 5:
-                pass
-            presses.append((sent, key, 1000 * (time.perf_counter() - t0)))
+            key, sent = "s" if i % 3 == 0 else "r", time.time()
+            presses.append((sent, key, 1000 * key_to_screen(key)))
             time.sleep(1.3)
     finally:
-        tmux("send-keys", "-t", SESSION, "q")
+        subprocess.run(["tmux", "send-keys", "-t", SESSION, "q"], capture_output=True)
         time.sleep(2)
-        tmux("kill-session", "-t", SESSION)
+        subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True)
         fleet.stdin.close()
         fleet.wait(10)
     events = [(float(ts), msg) for ts, _, msg in (line.rstrip("\n").partition(" ") for line in trace.open())]

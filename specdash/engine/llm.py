@@ -288,12 +288,7 @@ class LLM:
     def prefill(self, tokens: Sequence[int], start_pos: int = 0, seq: int = 0) -> None:
         """Decode a long sequence in n_batch chunks without logits."""
         for i in range(0, len(tokens), self.n_batch):
-            chunk = tokens[i : i + self.n_batch]
-            # Sequence 0 as before: tests wrap decode(tokens, start_pos, logits) to watch it.
-            if seq:
-                self.decode(chunk, start_pos + i, None, seq)
-            else:
-                self.decode(chunk, start_pos + i, logits=None)
+            self.decode(tokens[i : i + self.n_batch], start_pos + i, logits=None, seq=seq)
 
     def prefill_seq(self, seq: int, tokens: Sequence[int]) -> int:
         """prefill_prompt(tokens, any_rows=True) for sequence `seq`: every row it already
