@@ -179,7 +179,10 @@ def test_an_answer_given_in_a_batch_is_copied_by_the_next_request_alone(session,
     assert len(runner.memory.corpora) == 3  # alone: the engine's drafter remembers it, not also its slot
     for what, got in (("cold", cold), ("in the batch", first["story"]), ("after the batch", warm)):
         assert_plain(reference, story, got, f"a story {what}", near_ties)
-    assert warm_copied >= cold_copied + N // 2, (cold_copied, warm_copied)
+    # Copied as far as the two answers agree: a batch of two may round a near-tie the other
+    # way on another CPU (assert_plain's rule), and a copy holds only up to there.
+    agree = next((i for i, (a, b) in enumerate(zip(warm, first["story"])) if a != b), min(len(warm), len(first["story"])))
+    assert warm_copied >= cold_copied + agree // 2, (cold_copied, warm_copied, agree)
 
     # Alone from its first step, then joined: remembered once (by the engine's drafter,
     # which followed it from its prompt), not also by its slot.
