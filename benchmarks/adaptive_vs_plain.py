@@ -39,8 +39,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from specdash.engine.settings import EngineSettings  # noqa: E402
-from specdash.events import NoticeEvent, PrefillEvent, StepEvent, Summary  # noqa: E402
-from specdash.session import Session  # noqa: E402
+from specdash.contract.events import NoticeEvent, PrefillEvent, StepEvent, Summary  # noqa: E402
+from specdash.sources.session import Session  # noqa: E402
 
 ARMS = {
     "plain": dict(draft="none", k=0, adaptive=False),
@@ -99,7 +99,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--prompt-file", action="append", default=[])
     ap.add_argument("--builtin", default="", help="built-in prompts too, by name, comma-separated "
-                    "(specdash/prompts.py: code-edit, json-extraction, ...)")
+                    "(specdash/tuning/prompts.py: code-edit, json-extraction, ...)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
@@ -111,7 +111,7 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="JSON lines, appended")
     args = ap.parse_args()
     arms = args.arms.split(",")
-    from specdash.prompts import by_name
+    from specdash.tuning.prompts import by_name
 
     prompts = [(Path(path).stem, Path(path).read_text()) for path in args.prompt_file]
     prompts += [(name, by_name(name).text) for name in args.builtin.split(",") if name]

@@ -15,7 +15,7 @@ import numpy as np
 
 from specdash.engine.llm import LLM
 from specdash.models.resolve import resolve_model
-from specdash.prompts import BUILTIN
+from specdash.tuning.prompts import BUILTIN
 
 
 def main() -> None:

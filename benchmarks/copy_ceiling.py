@@ -31,7 +31,7 @@ from specdash.engine.drafters.lookup import PromptLookupDrafter
 from specdash.engine.llm import LLM
 from specdash.engine.settings import SamplingParams
 from specdash.models.resolve import resolve_model
-from specdash.prompts import BUILTIN
+from specdash.tuning.prompts import BUILTIN
 
 SIZES = [1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 17, 24, 33]
 

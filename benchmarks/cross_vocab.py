@@ -32,9 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.settings import EngineSettings
-from specdash.session import Session
+from specdash.sources.session import Session
 
 PROMPTS = (
     ("code", "Write a Python function `merge_intervals(intervals)` that merges overlapping intervals, "

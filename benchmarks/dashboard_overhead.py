@@ -27,13 +27,13 @@ import sys
 import tempfile
 import time
 
-from specdash.prompts import by_name
+from specdash.tuning.prompts import by_name
 
 CALIBRATE_STEPS = 12  # what commands/dashboard.py runs at the start of a session
 
 HEADLESS = """
 import sys
-from specdash.session import Session
+from specdash.sources.session import Session
 from specdash.engine.settings import EngineSettings
 target, draft, k, n, prompt_file = sys.argv[1:6]
 s = Session(EngineSettings(target=target, draft=draft, k=int(k), adaptive=False, threads=2, max_tokens=int(n)))

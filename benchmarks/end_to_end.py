@@ -114,7 +114,7 @@ def main() -> int:
         raise UsageError(f"--prompts: no prompt named {', '.join(bad)}; choose from {', '.join(by_name)}")
 
     from specdash.engine.llm import LLM
-    from specdash.llamacpp_tools import ensure_built
+    from specdash.tuning.llamacpp_tools import ensure_built
     from specdash.models.registry import DEFAULT_TARGET, model_path
 
     target = model_path(DEFAULT_TARGET)

@@ -1,7 +1,7 @@
 """Fuzzing exactness: random, seeded hot-swap schedules on the real engine.
 
 Each schedule starts from random settings and sends random commands at random steps,
-in `run --schedule` syntax, through specdash.schedule (the code `specdash run` uses):
+in `run --schedule` syntax, through specdash.tuning.schedule (the code `specdash run` uses):
 K changes (0 and above 16 included), drafter swaps (lookup, suffix, chain, none, the
 draft model, the target's MTP head), adaptive on/off, short pauses, temperature segments, expert-count changes
 on a MoE target, and now and then a command the engine must refuse (K out of range,
@@ -52,14 +52,14 @@ from typing import Any
 
 import numpy as np
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine import step_rules as rules
 from specdash.engine.drafters import KINDS, MODEL_SOURCES
 from specdash.engine.llm import LLM
 from specdash.engine.settings import K_CAP, SamplingParams
 from specdash.engine.verify import process_logits
-from specdash.schedule import Schedule, parse_line
-from specdash.session import Session
+from specdash.tuning.schedule import Schedule, parse_line
+from specdash.sources.session import Session
 
 # Logits; the value tests/test_engine_exact.py uses (measured with
 # benchmarks/batch_rounding.py: on the Q4_K_M Qwen target a batch of 5 moves the top-two
@@ -133,7 +133,7 @@ def make_small_draft(folder: Path | None = None) -> Path:
     With no folder, once into $SPECDASH_CACHE/fixtures/small-draft, reused after."""
     from specdash.models.quantize import make_draft
     from specdash.models.resolve import resolve_model
-    from specdash.paths import cache_dir
+    from specdash.contract.paths import cache_dir
 
     if folder is None:
         folder = cache_dir() / "fixtures" / "small-draft"

@@ -18,7 +18,7 @@ Per K (--ks, default 1,2,3,4), in --rounds paired rounds (the order alternates e
   the head's ms per drafted token is the drafting steps' draft_ms over their drafted
   tokens (its feed of the committed entries included); the target step is the median
   verify_ms of the plain (K=0) run of the round;
-- llama-server (same vendored llama.cpp, specdash.llamacpp_tools), started afresh for each
+- llama-server (same vendored llama.cpp, specdash.tuning.llamacpp_tools), started afresh for each
   run (its head pairs position 0 with the last request's hidden row: a fresh server
   drafts as specdash does), `--spec-type draft-mtp --spec-draft-n-max K -lv 4`, the same
   token ids to /completion at temperature 0; tok/s is timings.predicted_per_second; its
@@ -74,7 +74,7 @@ class Run:
 
 
 def specdash_run(session: Any, prompt: list[int], k: int, n: int) -> Run:
-    from specdash import events as E
+    from specdash.contract import events as E
 
     for cmd in (E.SetK(k), E.SetAdaptive(False)):
         session.send(cmd)
@@ -99,7 +99,7 @@ def _port() -> int:
 def server_run(model: Path, prompt: list[int], k: int, n: int, threads: int, log: Path) -> Run:
     import httpx
 
-    from specdash.llamacpp_tools import tool_command
+    from specdash.tuning.llamacpp_tools import tool_command
 
     port = _port()
     argv = tool_command("llama-server", "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "1024",
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     model = _fixture("tiny" if args.quick else "bench")
 
     from specdash.engine.settings import EngineSettings
-    from specdash.session import Session
+    from specdash.sources.session import Session
 
     lines = [f"$ {shlex.join(['python', 'benchmarks/mtp.py', *(argv if argv is not None else sys.argv[1:])])}",
              f"machine: {_cpu()}, {args.threads} threads both sides; "

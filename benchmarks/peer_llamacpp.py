@@ -5,7 +5,7 @@
     python benchmarks/peer_llamacpp.py --quick          # a smoke run: one prompt, one round
 
 The llama.cpp side is built from the source vendored in the installed llama-cpp-python's
-sdist (the same llama.cpp version specdash runs on) by `specdash.llamacpp_tools`, once;
+sdist (the same llama.cpp version specdash runs on) by `specdash.tuning.llamacpp_tools`, once;
 the binaries are cached in $SPECDASH_CACHE/llama.cpp/<version>/bin.
 
 What is compared, per prompt (specdash ÷ peer, tokens/s, decode only):
@@ -61,12 +61,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from specdash.config import load_config  # noqa: E402
-from specdash.errors import SpecdashError  # noqa: E402
+from specdash.contract.errors import SpecdashError  # noqa: E402
 from specdash.engine.repack import resolve as repack_resolve  # noqa: E402
 from specdash.engine.repack import tool_args as repack_tool_args  # noqa: E402
-from specdash.llamacpp_tools import ensure_built, llama_cpp_python_version  # noqa: E402
+from specdash.tuning.llamacpp_tools import ensure_built, llama_cpp_python_version  # noqa: E402
 from specdash.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
-from specdash.prompts import BUILTIN  # noqa: E402
+from specdash.tuning.prompts import BUILTIN  # noqa: E402
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 PEER_TOOLS = ("llama-completion", "llama-lookup", "llama-speculative-simple")
@@ -451,9 +451,9 @@ def lookup_replay(vocab: Any, templated: str, settings: Any, budget: int) -> Loo
     with the text held equal. The text is retokenized, so a count may be off by one
     where a tokenization differs from the generated tokens. `budget`: the runs' token
     budget; a run that generated fewer met end-of-generation."""
-    from specdash.whatif.profile import load_profile
-    from specdash.whatif.simulate import make_drafter, simulate
-    from specdash.whatif.transcript import Transcript
+    from specdash.costs.profile import load_profile
+    from specdash.tuning.whatif.simulate import make_drafter, simulate
+    from specdash.tuning.whatif.transcript import Transcript
 
     prompt = vocab.tokenize(templated)
     profile = load_profile("ci-box")  # only counts are used: any profile will do

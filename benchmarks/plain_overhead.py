@@ -21,9 +21,9 @@ from specdash.engine.engine import Engine
 from specdash.engine import repack
 from specdash.engine.llm import LLM
 from specdash.engine.settings import EngineSettings
-from specdash.events import StepEvent, Summary
+from specdash.contract.events import StepEvent, Summary
 from specdash.models.resolve import resolve_model
-from specdash.prompts import by_name
+from specdash.tuning.prompts import by_name
 
 
 def llama_cpp_python_tps(llm: Llama, prompt: list[int], n: int) -> float:

@@ -19,7 +19,7 @@ Per model x drafter (lookup, the draft model) at --k, in --rounds paired rounds:
   rollback_*_ms fields the engine adds), bytes per checkpoint (StepEvent.checkpoint_bytes),
   and SettingsEvent.rollback (the human description, e.g. "rollback: snapshots (n_rs_seq 16)");
   snapshot memory is the recurrent state from the header x (1 + n_rs_seq);
-- llama-server (same vendored llama.cpp, built by specdash.llamacpp_tools): the same
+- llama-server (same vendored llama.cpp, built by specdash.tuning.llamacpp_tools): the same
   prompt token ids to /completion at temperature 0, -md DRAFT --spec-type draft-simple, or
   --spec-type ngram-simple (n-gram 3, K tokens) for lookup (llama.cpp's n-gram drafter: similar to specdash's
   lookup, not the same matching rule, so acceptance may differ; both are printed). With
@@ -156,7 +156,7 @@ class Server:
     """llama-server serving one model with one drafter, for the whole set of rounds."""
 
     def __init__(self, model: Model, drafter: str, args: argparse.Namespace, log: Path):
-        from specdash.llamacpp_tools import ensure_built, tool_command
+        from specdash.tuning.llamacpp_tools import ensure_built, tool_command
 
         ensure_built(["llama-server"])
         spec = (["-md", str(model.draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(args.k)]
@@ -228,7 +228,7 @@ def _spread(xs: Sequence[float]) -> str:
 
 def snapshot_memory(model: Model, description: str) -> str:
     """The header's recurrent state x (1 + n_rs_seq in force, read from SettingsEvent.rollback)."""
-    from specdash.gguf_header import read_gguf_header
+    from specdash.models.gguf_header import read_gguf_header
 
     header = read_gguf_header(model.target, array_suffixes=ARRAY_KEY_SUFFIXES)
     state = recurrent_state_bytes(model.arch, header.metadata)
@@ -348,7 +348,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None, say: Callable[[str], None] = print) -> int:
     args = parse_args(argv)
-    from specdash.prompts import BUILTIN
+    from specdash.tuning.prompts import BUILTIN
 
     prompts = {p.name: p.text for p in BUILTIN}
     if args.prompt not in prompts:

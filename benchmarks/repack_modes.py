@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from specdash.engine import repack
-from specdash.prompts import by_name
+from specdash.tuning.prompts import by_name
 
 CONFIGS = {"plain": ["--draft", "none", "--k", "0"], "K=4": ["--draft", "qwen2.5-coder-0.5b", "--k", "4", "--no-adaptive"]}
 # Two built-in prompts and one written for this benchmark, so the ratio is not one text's.

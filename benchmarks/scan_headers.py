@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from specdash.gguf_header import read_gguf_header
+from specdash.models.gguf_header import read_gguf_header
 from specdash.models.resolve import resolve_model
 from specdash.models.scan import scan
 

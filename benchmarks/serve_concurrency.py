@@ -39,7 +39,7 @@ from peer_llamacpp import all_prompts  # noqa: E402
 from serve_vs_llamaserver import SERVE_PROMPTS, Arm, chat, forget, free_port, med, spread, start_all  # noqa: E402
 
 from specdash.engine.repack import tool_args  # noqa: E402
-from specdash.llamacpp_tools import ensure_built  # noqa: E402
+from specdash.tuning.llamacpp_tools import ensure_built  # noqa: E402
 from specdash.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, model_path  # noqa: E402
 
 SETS = {

@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from peer_llamacpp import all_prompts  # noqa: E402  (the project's prompts: built-in and benchmarks/prompts)
 
 from specdash.engine.repack import tool_args  # noqa: E402
-from specdash.llamacpp_tools import ensure_built  # noqa: E402
+from specdash.tuning.llamacpp_tools import ensure_built  # noqa: E402
 from specdash.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, model_path  # noqa: E402
 
 SERVE_PROMPTS = ROOT / "benchmarks" / "prompts" / "serve"

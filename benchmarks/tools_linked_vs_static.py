@@ -3,8 +3,8 @@ source (issue 38): the same greedy text, and llama-bench's speeds within a few p
 
 Build both first, each in its own cache (a cache holds one of the two):
 
-    SPECDASH_CACHE=/tmp/static-cache SPECDASH_TOOLS_STATIC=1 python -m specdash.llamacpp_tools build
-    python -m specdash.llamacpp_tools build            # linked, in the usual cache
+    SPECDASH_CACHE=/tmp/static-cache SPECDASH_TOOLS_STATIC=1 python -m specdash.tuning.llamacpp_tools build
+    python -m specdash.tuning.llamacpp_tools build            # linked, in the usual cache
 
 then
 

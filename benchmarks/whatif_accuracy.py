@@ -44,20 +44,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.drafters.base import NoDrafter
 from specdash.engine.llm import LLM
 from specdash.engine.settings import EngineSettings
-from specdash.prompts import BUILTIN
-from specdash.session import Session
-from specdash.whatif.measure import measure_here
-from specdash.whatif.profile import Profile
-from specdash.whatif.simulate import make_drafter, simulate
-from specdash.whatif.transcript import Transcript, from_prompt, over_text
+from specdash.tuning.prompts import BUILTIN
+from specdash.sources.session import Session
+from specdash.tuning.whatif.measure import measure_here
+from specdash.costs.profile import Profile
+from specdash.tuning.whatif.simulate import make_drafter, simulate
+from specdash.tuning.whatif.transcript import Transcript, from_prompt, over_text
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Not in the repo's benchmark set (specdash/prompts.py, benchmarks/prompts/): held out.
+# Not in the repo's benchmark set (specdash/tuning/prompts.py, benchmarks/prompts/): held out.
 HELD_OUT = {
     "held-out-sql": "Explain what this SQL query does, clause by clause, then rewrite it with a CTE:\n"
                     "SELECT c.name, COUNT(o.id) AS orders, SUM(o.total) AS spent FROM customers c "

@@ -5,7 +5,7 @@ For each prompt the plain greedy text is generated once and the draft model teac
 over it (whatif_controller.transcripts; --cache keeps them). Then, per profile: every fixed
 (drafter, K) of lookup, suffix, chain and the draft model, K = 1..32 and plain (K = 0);
 auto with adaptive K (the engine's own choose_source and controller); the fixed
-(drafter, K) cross-validated (specdash/whatif/crossval.py: picked on one half of the text,
+(drafter, K) cross-validated (specdash/tuning/whatif/crossval.py: picked on one half of the text,
 scored on the other, both ways) and the oracle (the best on the whole text). Target:
 auto >= 1.0x the cross-validated pick on most (prompt, profile). Every run is timed with its
 draft model's prompt feed (whatif's tokens_per_s_with_feed): a fixed draft model is fed the
@@ -28,13 +28,13 @@ from pathlib import Path
 
 from specdash.engine.controller import CostModelController
 from specdash.engine.settings import EngineSettings
-from specdash.prompts import BUILTIN
-from specdash.whatif.crossval import pick, split
-from specdash.whatif.measure import measure_profile
-from specdash.whatif.profile import load_profile, save_profile
-from specdash.whatif.report import Report as WhatifReport
-from specdash.whatif.report import sources
-from specdash.whatif.simulate import sweep
+from specdash.tuning.prompts import BUILTIN
+from specdash.tuning.whatif.crossval import pick, split
+from specdash.tuning.whatif.measure import measure_profile
+from specdash.costs.profile import load_profile, save_profile
+from specdash.tuning.whatif.report import Report as WhatifReport
+from specdash.tuning.whatif.report import sources
+from specdash.tuning.whatif.simulate import sweep
 from whatif_accuracy import Report  # benchmarks/ is sys.path[0] when this runs
 from whatif_controller import texts, transcripts
 

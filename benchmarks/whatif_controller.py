@@ -6,7 +6,7 @@ every fixed K and with adaptive K (the engine's own controller and propose_adapt
 and adaptive tok/s / best fixed tok/s is reported per (prompt, profile, drafter), plus
 adaptive / plain. Targets (issue 21): >= 0.95 everywhere, >= 1.0 on mixed code + prose.
 
-Acceptance is exact (see specdash/whatif/simulate.py); time is the profile's, so this
+Acceptance is exact (see specdash/tuning/whatif/simulate.py); time is the profile's, so this
 needs no quiet machine: only the one plain generation per prompt runs the models.
 
     python benchmarks/whatif_controller.py                     # built-in prompts, 3 shipped profiles
@@ -24,19 +24,19 @@ from pathlib import Path
 
 from specdash.engine.controller import CostModelController
 from specdash.engine.settings import EngineSettings
-from specdash.prompts import BUILTIN
-from specdash.whatif.crossval import pick, split
-from specdash.whatif.profile import BUILTIN as PROFILES
-from specdash.whatif.profile import load_profile
-from specdash.whatif.simulate import SimResult, sweep
-from specdash.whatif.transcript import Transcript, from_prompt
+from specdash.tuning.prompts import BUILTIN
+from specdash.tuning.whatif.crossval import pick, split
+from specdash.costs.profile import BUILTIN as PROFILES
+from specdash.costs.profile import load_profile
+from specdash.tuning.whatif.simulate import SimResult, sweep
+from specdash.tuning.whatif.transcript import Transcript, from_prompt
 from whatif_accuracy import Report  # benchmarks/ is sys.path[0] when this runs
 
 ROOT = Path(__file__).resolve().parent.parent
 # A mixed text: prose around code, where no fixed K is right throughout.
 MIXED = ("mixed", "Explain in two short paragraphs what a binary search does and when it fails, then give a "
          "Python implementation with comments, then one paragraph on its complexity.")
-# Not in specdash/prompts.py: held out from the prompts the controller was first tuned on.
+# Not in specdash/tuning/prompts.py: held out from the prompts the controller was first tuned on.
 HELD_OUT = {
     "x-sql": "Write a SQL query that returns, for each customer, the total of their orders in 2024 and their most "
              "recent order date, from tables customers(id, name) and orders(id, customer_id, amount, created_at). "

@@ -2,7 +2,7 @@
 synthetic acceptance? A check of whatif's cost model against an engine no one here wrote.
 
 llama-server (built from the vendored llama.cpp, started through
-specdash.llamacpp_tools.tool_command) runs the default pair as target and draft model
+specdash.tuning.llamacpp_tools.tool_command) runs the default pair as target and draft model
 (draft-simple: every step drafts K tokens, the draft model's cost is paid in full) with
 `--spec-synth-rates r_1..r_K`: drafts are accepted at random with those unconditional
 per-position rates, whatever the target would have said. So the acceptance is known
@@ -48,14 +48,14 @@ from typing import Any
 import httpx
 
 from specdash.engine.settings import EngineSettings
-from specdash.llamacpp_tools import tool_command
+from specdash.tuning.llamacpp_tools import tool_command
 from specdash.models.resolve import resolve_model
-from specdash.prompts import BUILTIN
-from specdash.remote.backends import snapshot
-from specdash.remote.metrics import parse
-from specdash.whatif.measure import measure_profile
-from specdash.whatif.profile import Profile
-from specdash.whatif.synthetic import MODEL, geometric, plain_tokens_per_s, predict
+from specdash.tuning.prompts import BUILTIN
+from specdash.monitor.remote.backends import snapshot
+from specdash.monitor.remote.metrics import parse
+from specdash.tuning.whatif.measure import measure_profile
+from specdash.costs.profile import Profile
+from specdash.tuning.whatif.synthetic import MODEL, geometric, plain_tokens_per_s, predict
 from whatif_accuracy import Report  # benchmarks/ is sys.path[0] when this runs
 
 ROOT = Path(__file__).resolve().parent.parent

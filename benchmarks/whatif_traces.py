@@ -20,8 +20,8 @@ import pickle
 from specdash.engine.controller import CostModelController
 from specdash.engine.drafters.base import NoDrafter
 from specdash.engine.settings import EngineSettings
-from specdash.whatif.profile import load_profile
-from specdash.whatif.simulate import SimResult, make_drafter, simulate
+from specdash.costs.profile import load_profile
+from specdash.tuning.whatif.simulate import SimResult, make_drafter, simulate
 
 TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
 

@@ -13,7 +13,7 @@ import importlib
 import sys
 
 from specdash import __version__
-from specdash.errors import SpecdashError, describe
+from specdash.contract.errors import SpecdashError, describe
 
 # Order is the order shown in --help.
 SUBCOMMANDS = ["run", "serve", "bench", "sweep", "whatif", "replay", "compare", "export", "attach", "models", "check", "doctor",

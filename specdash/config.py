@@ -8,7 +8,7 @@ Layout (config.example.toml documents every key with its default):
     [sampling]     temperature, top_k, top_p, seed
     [generation]   max_tokens, raw, prompt, prompt_file
     [ui]           theme, refresh, screenshots_dir
-    [health]       the speculation health rules' thresholds (specdash/health.py)
+    [health]       the speculation health rules' thresholds (specdash/monitor/health.py)
 
 Adaptive K is the default; a `k` written without an `adaptive` key is that K, fixed
 (explicit_k_fixes_it), as `--k N` alone is on the command line.
@@ -35,10 +35,10 @@ from typing import Any
 import tomli_w
 
 from specdash.engine.settings import LIMIT, LIMITS, EngineSettings, Limit, SamplingParams, SettingError
-from specdash.errors import SpecdashError
-from specdash.events import SettingsEvent
-from specdash.health import HealthThresholds
-from specdash.plain_rate import PLAIN_KEEP
+from specdash.contract.errors import SpecdashError
+from specdash.contract.events import SettingsEvent
+from specdash.monitor.health import HealthThresholds
+from specdash.monitor.plain_rate import PLAIN_KEEP
 
 ENV_VAR = "SPECDASH_CONFIG"
 
@@ -86,7 +86,7 @@ UI_LIMITS: tuple[Limit, ...] = (
           "selection works)"),
 )
 UI_LIMIT: dict[str, Limit] = {k.name: k for k in UI_LIMITS}
-# [health]: the speculation health rules' thresholds (specdash/health.py HealthThresholds).
+# [health]: the speculation health rules' thresholds (specdash/monitor/health.py HealthThresholds).
 HEALTH_LIMITS: tuple[Limit, ...] = (
     Limit("health", "reading_seconds", float, 2.0, "seconds of decode time per reading the rules judge",
           lo=0.1, hi=600),

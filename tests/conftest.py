@@ -21,7 +21,7 @@ def pytest_configure(config):
     # starts, never on this CPU's (which differs by machine kind, issue 38): the Intel
     # machine's by default; tests of a choice run under both curves (`cost_curve`), tests of
     # calibration itself drop it (`measured_costs`).
-    from specdash.session import COST_SHAPE_ENV
+    from specdash.sources.session import COST_SHAPE_ENV
 
     os.environ.setdefault(COST_SHAPE_ENV, str(COST_PROFILES["intel-amx"]))
 
@@ -36,7 +36,7 @@ COST_PROFILES = {name: Path(__file__).parent / "fixtures" / "profiles" / f"{name
 def cost_curve(request, monkeypatch) -> str:
     """Run the test under each machine kind's cost curve (pinned, SPECDASH_COST_SHAPE): what
     adaptive K or auto chooses must be right on both. Returns the profile's name."""
-    from specdash.session import COST_SHAPE_ENV
+    from specdash.sources.session import COST_SHAPE_ENV
 
     monkeypatch.setenv(COST_SHAPE_ENV, str(COST_PROFILES[request.param]))
     return request.param
@@ -56,7 +56,7 @@ def private_profiles(tmp_path_factory, monkeypatch) -> Path:
 @pytest.fixture
 def measured_costs(monkeypatch) -> None:
     """The test is about measuring this machine's costs: no pinned shape."""
-    from specdash.session import COST_SHAPE_ENV
+    from specdash.sources.session import COST_SHAPE_ENV
 
     monkeypatch.delenv(COST_SHAPE_ENV, raising=False)
 
@@ -123,7 +123,7 @@ def gemma_path():
 @pytest.fixture(scope="session")
 def qwen_session():
     """One loaded default pair for the whole test run (loading costs seconds)."""
-    from specdash.session import Session
+    from specdash.sources.session import Session
     from specdash.engine.settings import EngineSettings
 
     # The draft model named: tests of the model's drafting (auto, the default, would
@@ -147,7 +147,7 @@ def smol_session(smol_path, small_draft):
     holds on any model (exactness, rollback, commands) is proven here, 5-10x faster than on
     the default pair, which keeps the tests whose point it is."""
     from specdash.engine.settings import EngineSettings
-    from specdash.session import Session
+    from specdash.sources.session import Session
 
     s = Session(EngineSettings(target=str(smol_path), adaptive=False, draft=str(small_draft), threads=2,
                                ctx=2048))

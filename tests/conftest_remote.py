@@ -3,7 +3,7 @@ by itself): a tiny HTTP server that answers canned responses, and a real llama-s
 started once per session.
 
 The llama-server is built from the llama.cpp vendored in the llama-cpp-python sdist
-(specdash.llamacpp_tools); tests that need it skip with the reason when it is not built.
+(specdash.tuning.llamacpp_tools); tests that need it skip with the reason when it is not built.
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ class LlamaServer:
 
 def llama_server_binary() -> Path | None:
     try:
-        from specdash import llamacpp_tools
+        from specdash.tuning import llamacpp_tools
     except ImportError:
         return None
     try:
@@ -207,7 +207,7 @@ def need_binary() -> Path:
     SPECDASH_REQUIRE_LLAMA_SERVER=1): then fail."""
     binary = llama_server_binary()
     if binary is None:
-        why = "llama-server is not built: run `python -m specdash.llamacpp_tools build`"
+        why = "llama-server is not built: run `python -m specdash.tuning.llamacpp_tools build`"
         if os.environ.get("SPECDASH_REQUIRE_LLAMA_SERVER"):
             pytest.fail(why)
         pytest.skip(why)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from specdash import events as E
+from specdash.contract import events as E
 
 K = 4
 

@@ -145,7 +145,7 @@ def cached_tiny_moe(**params) -> Path:
     import json
     import os
 
-    from specdash.paths import cache_dir
+    from specdash.contract.paths import cache_dir
 
     tokenizer = Path(params.get("tokenizer_from") or _smollm2()).resolve()
     st = tokenizer.stat()

@@ -198,8 +198,8 @@ def test_the_first_screen_says_k_is_adaptive(smol_path, tmp_path):
 
     from specdash.cli import build_parser
     from specdash.commands.common import load_settings
-    from specdash.events import StepEvent
-    from specdash.session import Session
+    from specdash.contract.events import StepEvent
+    from specdash.sources.session import Session
     from specdash.tui.app import DashboardOptions, SpecdashApp
 
     args = build_parser().parse_args(["--target", str(smol_path), "--draft", "lookup", "--threads", "2",
@@ -264,7 +264,7 @@ def test_a_bad_pinned_cost_shape_is_one_line_before_any_model_loads(tmp_path, mo
     """$SPECDASH_COST_SHAPE (the suite's scripted cost curve, session.cost_shape): a missing or
     malformed profile is a one-line error naming the variable, exit 2, before a model loads
     (the target named does not even exist)."""
-    from specdash.session import COST_SHAPE_ENV
+    from specdash.sources.session import COST_SHAPE_ENV
 
     if value == "BADFILE":
         value = str(tmp_path / "bad.toml")

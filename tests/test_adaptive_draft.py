@@ -115,8 +115,8 @@ def test_the_session_lent_draft_model_prices_its_catch_up(smol_path):
     then grow with the steps the draft model sat out, and be 0 right after it drafted."""
     from specdash.engine.controller import CostModelController
     from specdash.engine.settings import EngineSettings
-    from specdash.events import StepEvent
-    from specdash.session import Session
+    from specdash.contract.events import StepEvent
+    from specdash.sources.session import Session
 
     class Scripted(CostModelController):
         def __init__(self):
@@ -174,7 +174,7 @@ def test_the_session_tells_adaptive_k_that_the_joint_cut_makes_k_a_ceiling(smol_
     from specdash.engine.controller import CostModelController
     from specdash.engine.drafters.base import model_price
     from specdash.engine.settings import EngineSettings
-    from specdash.session import Session
+    from specdash.sources.session import Session
 
     class Told(CostModelController):
         def __init__(self):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from cli_helpers import assert_ok, assert_usage_error, specdash
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.adaptive_draft import choose_source, propose_adaptive
 from specdash.engine.controller import CostModelController
 from specdash.engine.drafters.auto import AutoDrafter
@@ -190,7 +190,7 @@ def test_auto_is_greedy_exact_and_drafts_copies_on_the_real_engine(smol_path, sm
     the target's own greedy continuation and the draft model was not fed the prompt up
     front. Where batches are cheap (the Intel curve) the copies pay and are drafted; on the
     AVX2 AMD curve whether they do is that curve's call, so only the bookkeeping is held."""
-    from specdash.session import Session
+    from specdash.sources.session import Session
 
     s = EngineSettings(target=str(smol_path), draft_model=str(small_draft), threads=2, ctx=1024,
                        max_tokens=64)
@@ -238,7 +238,7 @@ def test_auto_loads_its_draft_model_when_it_first_drafts_and_stays_exact(smol_pa
     """drafters/lazy.py: nothing loaded at start; at a fixed K auto drafts as the chain does
     (a copy with a match, else the model), so the first step without a copy loads the model
     and drafts from it; every token stays the target's greedy choice."""
-    from specdash.session import Session
+    from specdash.sources.session import Session
 
     session = Session(EngineSettings(target=str(smol_path), draft_model=str(small_draft), threads=2, ctx=1024,
                                      adaptive=False, k=3))

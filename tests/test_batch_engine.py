@@ -13,12 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.engine import RunOptions
 from specdash.engine.settings import EngineSettings
 from specdash.engine.verify import process_logits
-from specdash.errors import SpecdashError
-from specdash.events import PrefillEvent, StepEvent, Summary
+from specdash.contract.errors import SpecdashError
+from specdash.contract.events import PrefillEvent, StepEvent, Summary
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def session(smol_path):
-    from specdash.session import Session
+    from specdash.sources.session import Session
 
     s = Session(EngineSettings(target=str(smol_path), draft="lookup", adaptive=False, k=4, threads=2, ctx=CTX),
                 n_seq=4)
@@ -309,7 +309,7 @@ def test_a_recurrent_target_batches_its_requests_without_speculation(request, ar
     """Hybrid (lfm2) and recurrent (mamba2) targets: a state per sequence, and a batch of
     them decodes plain (their rollback follows one sequence); each request its plain decoding."""
     from specdash.engine.llm import LLM
-    from specdash.session import Session
+    from specdash.sources.session import Session
     from test_engine_exact import plain_greedy, teacher_forced_gaps
 
     path = request.getfixturevalue(f"{arch}_path")

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specdash import events as E
-from specdash.commands_registry import COMMAND_NAMES
+from specdash.contract import events as E
+from specdash.contract.vocabulary import COMMAND_NAMES
 from specdash.engine import supports
 from specdash.engine.drafters import KINDS, MODEL_SOURCES, Draft, Drafter
 from specdash.engine.drafters.kinds import DrafterKind, register, unregister
@@ -178,7 +178,7 @@ def repeat():
 
 
 def _transcript(seq: list[int]):
-    from specdash.whatif.transcript import Transcript
+    from specdash.tuning.whatif.transcript import Transcript
 
     return Transcript(prompt=[1, 2, 3], seq=seq, n_generated=len(seq), eos=False, max_tokens=len(seq), n_ctx=512,
                       n_batch=512, pieces=[b"x"] * len(seq), prompt_text="x y z", target="t")
@@ -187,13 +187,13 @@ def _transcript(seq: list[int]):
 def test_every_kind_drafts_only_as_its_declared_sources():
     """Built as whatif builds them (with a simulated draft model), a kind's parts are the
     sources it declares; the fuzzer checks every step against that declaration."""
-    from specdash.whatif.profile import load_profile
-    from specdash.whatif.simulate import make_drafter
-    from specdash.whatif.transcript import Forced
+    from specdash.costs.profile import load_profile
+    from specdash.tuning.whatif.simulate import make_drafter
+    from specdash.tuning.whatif.transcript import Forced
 
     tr = _transcript([5, 5, 5, 6])
     n = len(tr.seq) + 1
-    from specdash.whatif.head import HeadChains
+    from specdash.tuning.whatif.head import HeadChains
 
     chains = [[5, 6]] * n  # the MTP head's proposals from each position (whatif/head.py)
     tr = dataclasses.replace(tr, draft=Forced(np.array(tr.seq + [7]), np.ones(n), np.ones(n)), draft_name="d",
@@ -225,8 +225,8 @@ def test_a_kind_registered_alone_is_run_by_a_session(repeat, session):
 
 def test_a_kind_registered_alone_is_simulated_by_whatif(repeat):
     from specdash.commands.whatif import _kinds, default_kinds
-    from specdash.whatif.profile import load_profile
-    from specdash.whatif.simulate import make_drafter, simulate
+    from specdash.costs.profile import load_profile
+    from specdash.tuning.whatif.simulate import make_drafter, simulate
 
     assert "repeat" in default_kinds() and _kinds("lookup,repeat") == ["lookup", "repeat"]
     tr = _transcript([7, 7, 7, 7, 8, 8, 8, 8, 9])

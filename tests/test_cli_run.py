@@ -25,7 +25,7 @@ def test_json_lines_contract(smol_path):
     assert steps and all(e["k"] <= 3 for e in steps)
     assert summary["text"] == "".join("".join(e["pieces"]) for e in steps)
     # Exactly the event contract: every line is a schema-1 event that reads back unchanged.
-    from specdash.events import SCHEMA, from_dict, to_dict
+    from specdash.contract.events import SCHEMA, from_dict, to_dict
 
     assert all(e["schema"] == SCHEMA and to_dict(from_dict(e)) == e for e in events)
     assert events[0]["event"] == "settings" and events[0]["source"] == "engine"

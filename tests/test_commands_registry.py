@@ -10,12 +10,12 @@ from dataclasses import dataclass
 import pytest
 
 from pilot_helpers import bounded
-from specdash import events as E
-from specdash.commands_registry import (COMMAND_NAMES, COMMANDS, CommandSpec, Key, parse_command, register,
+from specdash.contract import events as E
+from specdash.contract.vocabulary import (COMMAND_NAMES, COMMANDS, CommandSpec, Key, parse_command, register,
                                         schedule_syntax, unregister)
-from specdash.events import ContractError
+from specdash.contract.events import ContractError
 from specdash.sources.replay import ReplaySource
-from specdash.recording import Recorder
+from specdash.records.recording import Recorder
 from specdash.tui.app import DashboardOptions, SpecdashApp
 from specdash.tui.controls import controls
 from test_tui_support import load_replay, sync

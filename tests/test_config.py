@@ -21,7 +21,7 @@ from specdash.config import (
     to_toml,
 )
 from specdash.engine.settings import EngineSettings, SamplingParams
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "config.example.toml"
 
@@ -90,7 +90,7 @@ def _all_set() -> Config:
 
 def test_every_setting_field_is_reachable_from_toml():
     """If a field is added to EngineSettings/SamplingParams/UISettings/HealthThresholds, it needs a key."""
-    from specdash.health import HealthThresholds
+    from specdash.monitor.health import HealthThresholds
 
     doc = to_toml(_all_set())
     names = {k for table in doc.values() for k in table} | {"prompt_file"}

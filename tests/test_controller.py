@@ -11,7 +11,7 @@ from specdash.engine.controller import (
     ThresholdController,
     expected_tokens,
 )
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 # What MODELS.md measured on this 2-core machine: a target batch of n tokens costs this
 # many single-token steps (29 ms); the 0.5B draft model costs ~17 ms per drafted token.
@@ -604,7 +604,7 @@ def test_the_same_copy_pays_on_one_machine_kind_and_not_on_the_other():
     (3.3x); tests/fixtures/profiles hold both."""
     from pathlib import Path
 
-    from specdash.whatif.profile import load_profile
+    from specdash.costs.profile import load_profile
 
     chosen = {}
     for name in ("intel-amx", "epyc-avx2"):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specdash.commands import doctor
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 TWO_NODE = Path(__file__).parent / "fixtures" / "sysfs_2node"
 

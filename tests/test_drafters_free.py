@@ -14,7 +14,7 @@ from specdash.engine.drafters.chain import ChainDrafter
 from specdash.engine.drafters.lookup import PromptLookupDrafter
 from specdash.engine.drafters.suffix import SuffixDrafter
 from specdash.engine.settings import SamplingParams
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 SP = SamplingParams()
 RNG = np.random.default_rng(0)

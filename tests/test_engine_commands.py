@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from specdash import events as C
-from specdash.session import Session
+from specdash.contract import events as C
+from specdash.sources.session import Session
 from specdash.engine.settings import EngineSettings
-from specdash.events import NoticeEvent, SettingsEvent, StepEvent, Summary
+from specdash.contract.events import NoticeEvent, SettingsEvent, StepEvent, Summary
 
 PROMPT = "List the first twenty prime numbers, one per line, with a short remark on each."
 COPY_PROMPT = "Repeat this line four times: the cat sat on the mat, the cat sat on the mat."

@@ -10,7 +10,7 @@ from specdash.engine.drafters.base import Draft
 from specdash.engine.engine import Engine
 from specdash.engine.llm import LLM
 from specdash.engine.settings import EngineSettings
-from specdash.events import StepEvent, Summary
+from specdash.contract.events import StepEvent, Summary
 from test_engine_exact import _WrongDrafter
 
 PROMPT = "Answer with one word: what colour is the sky on a clear day?"

@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specdash import events as C
+from specdash.contract import events as C
 from specdash.engine.controller import CostModelController
 from specdash.engine.drafters.base import Draft
 from specdash.engine.llm import LLM
-from specdash.events import StepEvent, Summary
-from specdash.prompts import by_name
+from specdash.contract.events import StepEvent, Summary
+from specdash.tuning.prompts import by_name
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,9 @@ import pytest
 from test_tui_engine import Recorder, steps, until
 from test_tui_support import FixedSampler, sync
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.settings import EngineSettings
-from specdash.session import Session
+from specdash.sources.session import Session
 from specdash.tui.app import DashboardOptions, SpecdashApp
 from specdash.tui.widgets.generation import GenerationView
 

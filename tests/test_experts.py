@@ -15,13 +15,13 @@ import pytest
 from cli_helpers import assert_ok, assert_usage_error, specdash
 from moe_fixture import ARCH, cached_tiny_moe
 
-from specdash import events as C
+from specdash.contract import events as C
 from specdash.engine.llm import LLM
 from specdash.engine.experts import expert_counts
-from specdash.session import Session
+from specdash.sources.session import Session
 from specdash.engine.settings import EngineSettings
-from specdash.events import NoticeEvent, SettingsEvent, StepEvent, Summary
-from specdash.errors import SpecdashError
+from specdash.contract.events import NoticeEvent, SettingsEvent, StepEvent, Summary
+from specdash.contract.errors import SpecdashError
 
 N_EXPERT = 4
 N_USED = 2  # the file's own expert_used_count

@@ -1,5 +1,5 @@
 """Export: the settings as a llama-server launch, accepted by a real llama-server built
-from the same llama.cpp (specdash.llamacpp_tools)."""
+from the same llama.cpp (specdash.tuning.llamacpp_tools)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from cli_helpers import assert_ok, assert_usage_error, specdash
-from specdash import events as E
-from specdash.export import command_line, preset_name, preset_section, server_args
-from specdash.llamacpp_tools import is_built, tool_command, tool_path
+from specdash.contract import events as E
+from specdash.records.export import command_line, preset_name, preset_section, server_args
+from specdash.tuning.llamacpp_tools import is_built, tool_command, tool_path
 
 
 def settings(**kw) -> E.SettingsEvent:
@@ -60,7 +60,7 @@ def test_an_expert_override_names_the_models_architecture(tmp_path):
 
 
 def test_a_source_without_files_cannot_be_exported():
-    from specdash.errors import SpecdashError
+    from specdash.contract.errors import SpecdashError
 
     with pytest.raises(SpecdashError, match="did not report the target's file"):
         server_args(settings(target_path=None))
@@ -134,7 +134,7 @@ def _server_accepts(args: list[str], tmp_path, *, probe: str = "/health") -> htt
 # .ci/run after building them) fails instead, so they cannot silently stop running.
 needs_server = pytest.mark.skipif(
     not is_built(["llama-server"]) and not os.environ.get("SPECDASH_REQUIRE_LLAMA_SERVER"),
-    reason="llama-server not built: python -m specdash.llamacpp_tools build")
+    reason="llama-server not built: python -m specdash.tuning.llamacpp_tools build")
 
 
 @needs_server

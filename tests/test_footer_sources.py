@@ -17,8 +17,8 @@ from textual.widgets._footer import FooterKey
 from conftest_remote import Canned, ReplayServer, as_json, free_port, text
 from pilot_helpers import bounded
 from specdash.engine.settings import EngineSettings
-from specdash.recording import Recorder
-from specdash.session import Session
+from specdash.records.recording import Recorder
+from specdash.sources.session import Session
 from specdash.sources.remote import RemoteSource
 from specdash.sources.replay import ReplaySource
 from specdash.tui.app import DashboardOptions, SpecdashApp

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.verify import process_logits, sample, verify_sampling
 
 _spec = importlib.util.spec_from_file_location(

@@ -1,4 +1,4 @@
-"""The health rules (specdash/health.py) on scripted sources: each fires on a stream that
+"""The health rules (specdash/monitor/health.py) on scripted sources: each fires on a stream that
 collapses, repeats, stalls or stops paying, says what it read, and stays quiet on a steady
 one; the thresholds come from the config; a replayed stream keeps its recorded verdicts."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import health_scripts as S
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.config import HEALTH_LIMITS
-from specdash.health import HealthMonitor, HealthThresholds, alarms, monitored
+from specdash.monitor.health import HealthMonitor, HealthThresholds, alarms, monitored
 
 
 def judge(stream: list[E.Event], thresholds: HealthThresholds | None = None) -> tuple[HealthMonitor, list[E.Event]]:
@@ -155,7 +155,7 @@ def test_health_events_round_trip_the_contract() -> None:
 
 def test_config_health_section(tmp_path: Path) -> None:
     from specdash.config import load_config, save_config
-    from specdash.errors import SpecdashError
+    from specdash.contract.errors import SpecdashError
 
     path = tmp_path / "c.toml"
     path.write_text("[health]\ncollapse_floor = 1.5\nrecent = 5\n")

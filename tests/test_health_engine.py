@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.settings import EngineSettings
-from specdash.health import HealthMonitor, HealthThresholds
-from specdash.session import Session
+from specdash.monitor.health import HealthMonitor, HealthThresholds
+from specdash.sources.session import Session
 from specdash.tui.live_stats import LiveStats
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."

@@ -19,8 +19,8 @@ import httpx
 
 import health_scripts as S
 from conftest_remote import Canned, ReplayServer, text
-from specdash import events as E
-from specdash.health import HealthMonitor, HealthThresholds
+from specdash.contract import events as E
+from specdash.monitor.health import HealthMonitor, HealthThresholds
 from specdash.sources.remote import RemoteSource
 from test_sources_contract import ScriptedSource, app_for, settled
 
@@ -196,7 +196,7 @@ def test_attach_watch_json_follows_the_verdict(tmp_path: Path) -> None:
 
 
 def test_the_exporter_has_a_gauge_per_rule() -> None:
-    from specdash.metrics_exporter import MetricsExporter
+    from specdash.monitor.metrics_exporter import MetricsExporter
 
     exporter = MetricsExporter(0)
     try:
@@ -214,7 +214,7 @@ def test_the_exporter_has_a_gauge_per_rule() -> None:
     assert lines[f'specdash_health_verdict{{{labels},verdict="collapse"}}'] == 1.0
     assert lines[f'specdash_health_verdict{{{labels},verdict="healthy"}}'] == 0.0
     # Another specdash attached to it reads it as a healthy scrape (no bad reading).
-    from specdash.remote.metrics import parse
+    from specdash.monitor.remote.metrics import parse
 
     assert parse(body).bad_reading() is None
 
@@ -223,7 +223,7 @@ def test_the_exporter_has_a_gauge_per_rule() -> None:
 
 
 def test_a_recording_keeps_the_verdicts_and_replay_shows_them(tmp_path: Path) -> None:
-    from specdash.recording import Recorder, read_recording
+    from specdash.records.recording import Recorder, read_recording
     from specdash.sources.replay import ReplaySource
     from specdash.tui.reducer import DashState
 

@@ -29,20 +29,25 @@ DOC = ROOT / "docs" / "ARCHITECTURE.md"
 # two together. EARLIER: every layer listed before this one.
 EARLIER = "all earlier rows"
 LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | str]] = {
-    "base": (("__init__.py", "errors.py", "paths.py", "limits.py", "gguf_header.py"), ()),
+    "base": (("__init__.py", "contract/__init__.py", "contract/errors.py", "contract/paths.py",
+              "contract/limits.py"), ()),
     "machine": (("telemetry/",), ("base",)),
-    "contract": (("events.py", "commands_registry.py"), ("machine", "base")),
-    "judging": (("health.py", "requests.py", "plain_rate.py"), ("contract", "base")),
-    "engine": (("engine/",), ("contract", "machine", "base")),
-    "servers": (("remote/",), ("contract", "base")),
-    "models": (("models/",), ("engine", "base")),
-    "records": (("recording.py",), ("contract", "machine", "models", "base")),
-    "sources": (("sources/",), ("contract", "judging", "servers", "engine", "records", "base")),
-    "services": (("session.py", "schedule.py", "sweep.py", "export.py", "config.py", "bench.py", "prompts.py",
-                  "whatif/", "costs/", "llamacpp_tools.py", "metrics_exporter.py", "runs.py", "compare.py"), EARLIER),
-    "server": (("serve/",), EARLIER),
-    "UI": (("tui/",), EARLIER),
-    "CLI": (("cli.py", "__main__.py", "commands/", "web/"), EARLIER),
+    "contract": (("contract/events.py", "contract/vocabulary.py"), ("machine", "base")),
+    "models": (("models/",), ("base",)),
+    "monitor": (("monitor/",), ("contract", "base")),
+    "engine": (("engine/",), ("models", "contract", "machine", "base")),
+    "costs": (("costs/",), ("engine", "machine", "base")),
+    "records": (("records/",), ("engine", "models", "contract", "machine", "base")),
+    "sources": (("sources/",), ("records", "costs", "engine", "monitor", "models", "contract", "base")),
+    "tuning": (("tuning/",), ("sources", "records", "costs", "engine", "monitor", "models", "contract", "machine",
+                              "base")),
+    "config": (("config.py",), ("engine", "monitor", "contract", "base")),
+    "server": (("serve/",), ("config", "sources", "engine", "monitor", "contract", "base")),
+    "UI": (("tui/",), ("config", "tuning", "sources", "records", "engine", "monitor", "models", "contract",
+                       "machine", "base")),
+    "web": (("web/",), ("base",)),
+    "CLI": (("commands/",), EARLIER),
+    "entry": (("cli.py", "__main__.py", "web_tab.py"), EARLIER),
 }
 
 
@@ -149,8 +154,8 @@ def layer_of(name: str) -> str:
             parts = entry.removesuffix("/").removesuffix(".py").split("/")
             if entry.endswith("/"):
                 covers = rel[: len(parts)] == parts
-            elif parts == ["__init__"]:
-                covers = rel == []  # the package itself
+            elif parts[-1] == "__init__":
+                covers = rel == parts[:-1]  # the package itself
             else:
                 covers = rel == parts
             if covers and len(parts) > best_len:
@@ -269,13 +274,13 @@ def test_the_checks_see_a_lazy_import_a_cycle_and_a_type_checking_exemption(tmp_
     src = tmp_path / "m.py"
     src.write_text("from typing import TYPE_CHECKING\n"
                    "if TYPE_CHECKING:\n    from specdash.engine.llm import LLM\n"
-                   "def f():\n    from specdash import events\n    import specdash.engine.settings\n",
+                   "def f():\n    from specdash.contract import events\n    import specdash.engine.settings\n",
                    encoding="utf-8")
     known = modules()
     found = imports_of("specdash.tui.m", src, known)
     assert {(i.target, i.type_only, i.implied) for i in found} == {
         ("specdash.engine.llm", True, False), ("specdash.engine", True, True),
-        ("specdash.events", False, False),
+        ("specdash.contract.events", False, False), ("specdash.contract", False, True),
         ("specdash.engine.settings", False, False), ("specdash.engine", False, True),
     }
     a_b = [Import("specdash.a", "specdash.b", 1, False), Import("specdash.b", "specdash.a", 2, False)]

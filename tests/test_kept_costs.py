@@ -18,13 +18,13 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.costs.key import key_digest, key_for, profile_key
 from specdash.costs.store import ProfileStore
 from specdash.engine.kept_costs import KeptCosts
 from specdash.engine.settings import EngineSettings
-from specdash.session import Session
-from specdash.whatif.profile import load_profile
+from specdash.sources.session import Session
+from specdash.costs.profile import load_profile
 
 COPY_PROMPT = "Repeat this line four times: the cat sat on the mat, the cat sat on the mat."
 LONG_PROMPT = "List the first twenty prime numbers, one per line, with a short remark on each."

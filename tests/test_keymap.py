@@ -12,7 +12,7 @@ import pytest
 from textual.widgets import Footer
 
 from specdash.config import load_config
-from specdash.events import SettingsEvent
+from specdash.contract.events import SettingsEvent
 from specdash.tui.keymap import binding_ids, check_keymap
 from specdash.tui.screens.help import HelpScreen
 from test_tui_engine import real_app, steps, until

@@ -6,11 +6,11 @@ with itself, so the cut alone decides how long a draft is); no assertion depends
 
 from __future__ import annotations
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.drafters.base import model_price
 from specdash.engine.settings import EngineSettings
-from specdash.events import NoticeEvent, SettingsEvent, StepEvent
-from specdash.session import Session
+from specdash.contract.events import NoticeEvent, SettingsEvent, StepEvent
+from specdash.sources.session import Session
 from specdash.tui.screens.ask import AskScreen
 from test_tui_engine import real_app, steps, until
 from test_tui_support import sync

@@ -1,4 +1,4 @@
-"""llama.cpp's tools built from llama-cpp-python's vendored source (specdash.llamacpp_tools).
+"""llama.cpp's tools built from llama-cpp-python's vendored source (specdash.tuning.llamacpp_tools).
 
 The real build takes minutes on 2 cores; `.ci/run` does it before pytest, so here
 `ensure_built()` normally finds the cache. The cache-logic tests run against a temporary
@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 from cli_helpers import assert_ok
 
-from specdash import llamacpp_tools as lt
+from specdash.tuning import llamacpp_tools as lt
 from specdash.engine.repack import tool_args
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.models.registry import cache_dir
 
 VERSION = lt.llama_cpp_python_version()
@@ -168,7 +168,7 @@ def test_second_ensure_built_is_a_no_op(real_bin: Path, monkeypatch: pytest.Monk
 
 def test_cli_path_prints_the_tool(real_bin: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "specdash.llamacpp_tools", "path", "llama-server"],
+        [sys.executable, "-m", "specdash.tuning.llamacpp_tools", "path", "llama-server"],
         capture_output=True, text=True, timeout=60,
     )
     assert_ok(proc)
@@ -297,7 +297,7 @@ def test_bad_target_names_are_refused(tmp_cache: Path) -> None:
 def test_cli_path_of_an_unbuilt_tool_exits_2(tmp_cache: Path) -> None:
     env = dict(os.environ, SPECDASH_CACHE=str(tmp_cache.parent.parent))
     proc = subprocess.run(
-        [sys.executable, "-m", "specdash.llamacpp_tools", "path", "llama-server"],
+        [sys.executable, "-m", "specdash.tuning.llamacpp_tools", "path", "llama-server"],
         capture_output=True, text=True, timeout=60, env=env,
     )
     assert proc.returncode == 2

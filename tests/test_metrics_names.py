@@ -21,9 +21,9 @@ import pytest
 from prometheus_client import generate_latest
 
 from specdash.engine.settings import EngineSettings
-from specdash.metrics_exporter import MetricsExporter
-from specdash.remote.backends import snapshot
-from specdash.remote.metrics import parse
+from specdash.monitor.metrics_exporter import MetricsExporter
+from specdash.monitor.remote.backends import snapshot
+from specdash.monitor.remote.metrics import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 BOARD = ROOT / "docs" / "grafana" / "specdash.json"
@@ -52,7 +52,7 @@ VLLM_BOARD_LABELS = ("model_name", "engine", "position", "le")
 @pytest.fixture(scope="module")
 def expositions(smol_path) -> dict[str, str]:
     """One real run, fed to an exporter of each naming: {naming: exposition text}."""
-    from specdash.session import Session
+    from specdash.sources.session import Session
 
     session = Session(EngineSettings(target="smollm2-135m", draft="lookup", k=3, adaptive=False, threads=2,
                                      ctx=1024))

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.models import registry
-from specdash.gguf_header import GGUFArray, GGUFError, check_gguf, gguf_metadata, read_gguf_header
+from specdash.models.gguf_header import GGUFArray, GGUFError, check_gguf, gguf_metadata, read_gguf_header
 from specdash.models.resolve import resolve_model
 
 

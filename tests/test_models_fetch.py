@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.models.fetch import FetchProgress, fetch_model, fetch_spec
-from specdash.gguf_header import check_gguf
+from specdash.models.gguf_header import check_gguf
 from specdash.models.registry import BUILTIN, ModelSpec, model_path
 
 N_PARTS = 12  # > 9, so lexical order (1, 10, 11, 12, 2, ...) would differ from numeric

@@ -15,9 +15,9 @@ import gguf
 import pytest
 
 from specdash.cli import main
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.models.compat import TOKEN_DIGESTS, check_pair, vocab_from_llama, vocab_from_metadata
-from specdash.gguf_header import read_gguf_header, read_string_array
+from specdash.models.gguf_header import read_gguf_header, read_string_array
 from specdash.models.pairs import RANKING_RULE, pairs_report, rank_drafts
 from specdash.models.scan import scan
 from test_models_scan import link, write_model

@@ -7,10 +7,10 @@ import json
 import llama_cpp
 import pytest
 
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.models import registry
 from specdash.models.compat import check_pair
-from specdash.gguf_header import check_gguf, gguf_metadata
+from specdash.models.gguf_header import check_gguf, gguf_metadata
 from specdash.models.quantize import QUANTS, make_draft
 from specdash.models.resolve import resolve_model
 
@@ -30,7 +30,7 @@ def smol_cache(tmp_path, monkeypatch):
 def _loads(path) -> bool:
     """Weights and all, through the engine's loader (the machine's repack verdict)."""
     from specdash.engine.llm import LLM
-    from specdash.errors import SpecdashError
+    from specdash.contract.errors import SpecdashError
 
     try:
         LLM(path, n_ctx=256, n_threads=1).close()

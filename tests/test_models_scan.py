@@ -18,9 +18,9 @@ import pytest
 
 import moe_fixture
 from specdash.cli import main
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.models import scan as scan_mod
-from specdash.gguf_header import FILE_TYPES, read_gguf_header, read_string_array
+from specdash.models.gguf_header import FILE_TYPES, read_gguf_header, read_string_array
 from specdash.models.scan import (
     ModelInfo,
     ScanProgress,
@@ -422,11 +422,11 @@ def test_unknown_architecture_with_ssm_keys_is_recurrent(smol_path, tmp_path, pr
 
 def vendored_llama_arch_cpp(work: Path) -> str:
     """llama-arch.cpp from the sdist of the installed llama-cpp-python, fetched the way
-    `specdash.llamacpp_tools` fetches it (pip's cache, or the package index)."""
+    `specdash.tuning.llamacpp_tools` fetches it (pip's cache, or the package index)."""
     import subprocess
     import tarfile
 
-    from specdash.llamacpp_tools import llama_cpp_python_version, sdist_download_command, vendored_prefix
+    from specdash.tuning.llamacpp_tools import llama_cpp_python_version, sdist_download_command, vendored_prefix
 
     version = llama_cpp_python_version()
     subprocess.run(sdist_download_command(version, work), check=True, capture_output=True)

@@ -26,16 +26,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import specdash.session as session_module
+import specdash.sources.session as session_module
 from cli_helpers import assert_ok, assert_usage_error, specdash
 from test_engine_exact import plain_greedy
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.controller import CostModelController
 from specdash.engine.drafters.mtp import HIDE_ENV, MtpDrafter, MtpUnavailable
 from specdash.engine.engine import Engine
 from specdash.engine.llm import LLM
 from specdash.engine.settings import K_CAP, EngineSettings, SamplingParams
-from specdash.session import Session
+from specdash.sources.session import Session
 
 TIE_GAP = 0.5  # logits; the exactness tests' threshold (tests/test_engine_exact.py)
 N_TOKENS = 64
@@ -599,9 +599,9 @@ def test_whatif_simulates_the_head_step_for_step(qwen35_mtp_path, p_joint):
     """The head's proposals from every position of the text (whatif/head.py), replayed:
     at each fixed K the simulated steps draft and accept what a real greedy run does,
     with and without the joint confidence cut."""
-    from specdash.whatif.profile import Profile
-    from specdash.whatif.simulate import make_drafter, simulate
-    from specdash.whatif.transcript import from_prompt
+    from specdash.costs.profile import Profile
+    from specdash.tuning.whatif.simulate import make_drafter, simulate
+    from specdash.tuning.whatif.transcript import from_prompt
 
     flat = Profile(name="test", verify={1: 10.0, 9: 14.0, 33: 26.0}, draft_ms=1.0, free_ms=0.05)
     s = settings(qwen35_mtp_path, k=0, draft="none", draft_p_joint=p_joint, max_tokens=48)

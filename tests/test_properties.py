@@ -25,11 +25,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.commands.attach import text_row
-from specdash.remote.backends import Counters
-from specdash.remote.client import Client, parse_url
-from specdash.remote.window import CounterWindow
+from specdash.monitor.remote.backends import Counters
+from specdash.monitor.remote.client import Client, parse_url
+from specdash.monitor.remote.window import CounterWindow
 from specdash.sources.remote import RemoteSource
 from specdash.tui.reducer import DashState
 

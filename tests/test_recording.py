@@ -11,11 +11,11 @@ import pytest
 
 from cli_helpers import assert_ok, assert_usage_error, specdash
 from pilot_helpers import bounded
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.settings import EngineSettings
-from specdash.errors import SpecdashError
-from specdash.recording import Recorder, read_recording
-from specdash.session import Session
+from specdash.contract.errors import SpecdashError
+from specdash.records.recording import Recorder, read_recording
+from specdash.sources.session import Session
 from specdash.sources.replay import ReplaySource
 from specdash.tui.reducer import DashState
 
@@ -370,7 +370,7 @@ def test_the_replay_dashboard_stops_at_an_impossible_line(tmp_path):
 def test_the_charts_never_receive_a_non_finite_value(tmp_path):
     """Whatever the contract lets through (here: events built in memory, which no reader
     checked), no NaN or infinity reaches a chart."""
-    from specdash.recording import Recording
+    from specdash.records.recording import Recording
 
     path = tmp_path / "mem.jsonl"
     good = read_recording(path) if _synthetic(path) else None

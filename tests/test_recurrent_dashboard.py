@@ -7,8 +7,8 @@ as the draft model; no assertion depends on timing."""
 from __future__ import annotations
 
 from specdash.engine.settings import EngineSettings
-from specdash.events import SettingsEvent, StepEvent, Summary
-from specdash.session import Session
+from specdash.contract.events import SettingsEvent, StepEvent, Summary
+from specdash.sources.session import Session
 from specdash.tui.app import DashboardOptions, SpecdashApp
 from specdash.tui.screens.ask import AskScreen
 from specdash.tui.screens.draft_picker import DraftPicker

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import assert_ok, specdash
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.controller import CostModelController
 from specdash.engine import step_rules as rules
 from specdash.engine.llm import LLM
 from specdash.engine.rollback import Strategy
 from specdash.engine.settings import K_CAP, EngineSettings
-from specdash.session import Session
+from specdash.sources.session import Session
 from test_engine_exact import plain_greedy, teacher_forced_gaps
 
 TIE_GAP = 0.5  # logits; the value of tests/test_engine_exact.py and the fuzz harness

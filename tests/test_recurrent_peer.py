@@ -1,5 +1,5 @@
 """Peer check for issue 19: llama-server (built from the same vendored llama.cpp by
-specdash.llamacpp_tools) speculates on the recurrent/hybrid fixtures, rolling back with
+specdash.tuning.llamacpp_tools) speculates on the recurrent/hybrid fixtures, rolling back with
 state checkpoints (with a separate draft model or n-grams it never uses snapshots), and
 its greedy tokens equal plain greedy decoding with specdash's LLM.
 
@@ -108,7 +108,7 @@ def test_llama_server_speculation_equals_specdash_plain_decoding(case, request, 
 # ------------------------------------------------- specdash's own speculation, same check
 
 def _engine_has_rollback() -> bool:
-    from specdash.events import StepEvent
+    from specdash.contract.events import StepEvent
 
     return "rollback" in getattr(StepEvent, "__dataclass_fields__", {})
 

@@ -17,10 +17,10 @@ from cli_helpers import specdash
 from test_tui_engine import Recorder, steps, until
 from test_tui_support import FixedSampler, sync
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.settings import EngineSettings
-from specdash.schedule import Schedule, parse_at
-from specdash.session import Session
+from specdash.tuning.schedule import Schedule, parse_at
+from specdash.sources.session import Session
 from specdash.tui.app import DashboardOptions, SpecdashApp
 from specdash.tui.screens.draft_picker import DraftPicker
 from specdash.tui.widgets.generation import GenerationView

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from conftest_remote import Canned, ReplayServer, as_json, free_port, text
-from specdash.errors import SpecdashError
-from specdash.remote.client import Client, Redactor, RemoteError, parse_header, parse_url, redact_url
+from specdash.contract.errors import SpecdashError
+from specdash.monitor.remote.client import Client, Redactor, RemoteError, parse_header, parse_url, redact_url
 
 HTML = "<!DOCTYPE html><html><head><title>Login</title></head><body>sign in</body></html>"
 # What llama-server answers on /metrics when started without --metrics
@@ -202,8 +202,8 @@ def test_per_position_series_beyond_the_cap_are_dropped_with_a_note() -> None:
 
 def test_a_far_position_allocates_nothing() -> None:
     """position="1000000000" once meant a list of a billion zeros."""
-    from specdash.remote.backends import snapshot
-    from specdash.remote.metrics import parse
+    from specdash.monitor.remote.backends import snapshot
+    from specdash.monitor.remote.metrics import parse
 
     page = exposition("20").replace('position="1"', 'position="1000000000"')
     # Dropped before parsing (the default keeps the backends' families), or after it
@@ -247,7 +247,7 @@ def test_a_failure_handling_a_poll_is_shown_not_swallowed(monkeypatch: pytest.Mo
 
 
 def test_slots_with_nonsense_numbers() -> None:
-    from specdash.remote.backends import parse_slots
+    from specdash.monitor.remote.backends import parse_slots
 
     data = json.loads('[{"id": 0, "is_processing": true, "next_token": {"n_decoded": Infinity}},'
                       ' {"id": "x", "is_processing": true, "id_task": NaN, "next_token": [{"n_decoded": -4}]},'
@@ -258,7 +258,7 @@ def test_slots_with_nonsense_numbers() -> None:
 
 
 def test_the_dropped_positions_note_is_told_once_in_the_dashboard() -> None:
-    from specdash.events import NoticeEvent
+    from specdash.contract.events import NoticeEvent
     from specdash.sources.remote import RemoteSource
 
     with ReplayServer(Canned({"/metrics": text(exposition("20", per_pos=100))})) as srv:

@@ -15,7 +15,7 @@ import pytest
 from rich.cells import cell_len
 from textual.app import App
 
-from specdash.events import ServerEvent
+from specdash.contract.events import ServerEvent
 from specdash.tui.screens.fleet import (COLUMN_KEYS, COLUMNS, KEEP_ORDER, FleetScreen, fit_columns, fmt_duration,
                                         host_port, status_text)
 

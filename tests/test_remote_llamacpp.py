@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from conftest_remote import FIXTURES, LlamaServer, free_port, llama_server, need_binary, router_preset  # noqa: F401
-from specdash import events as E
-from specdash.remote.backends import llamacpp_snapshot, parse_slots
-from specdash.remote.metrics import parse
+from specdash.contract import events as E
+from specdash.monitor.remote.backends import llamacpp_snapshot, parse_slots
+from specdash.monitor.remote.metrics import parse
 from specdash.sources.remote import RemoteSource
 
 _LINE = re.compile(r'^(llamacpp:[a-z_]+)(?:\{position="(\d+)"\})? (\S+)$')

@@ -13,13 +13,13 @@ import httpx
 import pytest
 
 from conftest_remote import Canned, ReplayServer, as_json, text
-from specdash import events as E
-from specdash.metrics_exporter import MetricsExporter
-from specdash.remote.backends import Counters, llamacpp_snapshot, parse_slots
-from specdash.remote.client import Client
-from specdash.remote.metrics import NotMetricsError, parse
-from specdash.remote.poller import Poller, ServerWatch
-from specdash.remote.window import CounterWindow
+from specdash.contract import events as E
+from specdash.monitor.metrics_exporter import MetricsExporter
+from specdash.monitor.remote.backends import Counters, llamacpp_snapshot, parse_slots
+from specdash.monitor.remote.client import Client
+from specdash.monitor.remote.metrics import NotMetricsError, parse
+from specdash.monitor.remote.poller import Poller, ServerWatch
+from specdash.monitor.remote.window import CounterWindow
 from specdash.sources.remote import RemoteSource, _Drive
 
 LLAMA_METRICS = """# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens
@@ -277,7 +277,7 @@ def test_exporter_is_read_back_by_attach() -> None:
 
 
 def test_exporter_port_in_use_is_one_line() -> None:
-    from specdash.errors import SpecdashError
+    from specdash.contract.errors import SpecdashError
 
     first = MetricsExporter(0)
     try:

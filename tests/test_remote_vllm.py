@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from conftest_remote import FIXTURES, Canned, ReplayServer, as_json, text
-from specdash.remote.backends import ITL, TTFT, VllmSnapshot, snapshot, vllm_snapshot
-from specdash.remote.metrics import histogram_quantile, parse
-from specdash.remote.window import CounterWindow
+from specdash.monitor.remote.backends import ITL, TTFT, VllmSnapshot, snapshot, vllm_snapshot
+from specdash.monitor.remote.metrics import histogram_quantile, parse
+from specdash.monitor.remote.window import CounterWindow
 
 MODEL = "Qwen/Qwen2.5-Coder-7B-Instruct"
 

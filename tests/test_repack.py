@@ -18,7 +18,7 @@ import pytest
 from cli_helpers import assert_ok, specdash
 
 from specdash.engine import repack
-from specdash.gguf_header import TensorInfo
+from specdash.models.gguf_header import TensorInfo
 
 # Fake children, by behaviour: each is `python -c CODE`.
 SEGV = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
@@ -198,7 +198,7 @@ def test_the_real_probe_decides_and_doctor_says_so(tmp_path, pytestconfig):
 
 
 def test_the_first_settings_event_and_the_tools_carry_the_verdict(smol_path, pytestconfig):
-    from specdash.llamacpp_tools import tool_command
+    from specdash.tuning.llamacpp_tools import tool_command
 
     mode = pytestconfig._repack_verdict.mode
     proc = specdash("run", "--json", "--target", str(smol_path), "--draft", "none", "--k", "0",
@@ -217,7 +217,7 @@ def test_the_first_settings_event_and_the_tools_carry_the_verdict(smol_path, pyt
 
 
 def _tools_built() -> bool:
-    from specdash.llamacpp_tools import is_built
+    from specdash.tuning.llamacpp_tools import is_built
 
     return is_built(["llama-server"])
 

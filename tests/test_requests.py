@@ -1,4 +1,4 @@
-"""The requests table (specdash/requests.py, `l` in the dashboard): one row per request with
+"""The requests table (specdash/monitor/request_rows.py, `l` in the dashboard): one row per request with
 its own numbers, and the selected one's acceptance-length histogram.
 
 - a real llama-server in drive mode (SmolLM2 drafting for itself, K=4): each row's
@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from conftest_remote import Canned, LlamaServer, ReplayServer, llama_server, text  # noqa: F401
-from specdash import events as E
-from specdash.requests import RequestLog, histogram_of
+from specdash.contract import events as E
+from specdash.monitor.request_rows import RequestLog, histogram_of
 from specdash.sources.remote import RemoteSource, request_spec
 from specdash.tui.app import DashboardOptions, SpecdashApp
 from specdash.tui.app_base import first_then_new

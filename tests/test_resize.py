@@ -20,9 +20,9 @@ from rich.cells import cell_len
 from test_tui_engine import Recorder, steps, until
 from test_tui_support import FixedSampler, load_replay, sync
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.settings import EngineSettings
-from specdash.session import Session
+from specdash.sources.session import Session
 from specdash.sources.embedded import WorkItem
 from specdash.tui.app import DashboardOptions, SpecdashApp
 from specdash.tui.reducer import DashState

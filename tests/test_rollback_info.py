@@ -12,7 +12,7 @@ import pytest
 
 from specdash.models import rollback_info as ri
 from specdash.models import scan as scan_mod
-from specdash.gguf_header import read_gguf_header
+from specdash.models.gguf_header import read_gguf_header
 
 
 @pytest.mark.parametrize("arch, state, strategy", [

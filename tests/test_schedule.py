@@ -1,4 +1,4 @@
-"""Scripted hot-swaps: the schedule parser (specdash/schedule.py) and `specdash run
+"""Scripted hot-swaps: the schedule parser (specdash/tuning/schedule.py) and `specdash run
 --schedule/--at` end to end on a small real model (SmolLM2-135M)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from cli_helpers import assert_ok, assert_usage_error, specdash
 
-from specdash import events as E
-from specdash.errors import SpecdashError
-from specdash.schedule import Entry, Schedule, load_schedule, parse_at, parse_line
+from specdash.contract import events as E
+from specdash.contract.errors import SpecdashError
+from specdash.tuning.schedule import Entry, Schedule, load_schedule, parse_at, parse_line
 
 SMALL = ["--target", "smollm2-135m", "--threads", "2"]
 # smollm2-135m keeps counting for hundreds of tokens without an end-of-sequence.
@@ -178,7 +178,7 @@ def test_a_real_engine_applies_each_command_before_the_next_step(smol_path):
     """In process, the way `run` drives it: every command appears as a SettingsEvent
     (or a refusal) between step STEP and step STEP + 1."""
     from specdash.engine.settings import EngineSettings
-    from specdash.session import Session
+    from specdash.sources.session import Session
 
     session = Session(EngineSettings(adaptive=False, target=str(smol_path), draft="lookup", k=3, threads=2, ctx=512))
     schedule = Schedule(parse_at(["2:k=6", "3:draft=suffix adaptive=on", "4:adaptive=off k=65", "5:draft=none"]),
@@ -233,7 +233,7 @@ def test_run_schedule_and_at_apply_every_command_in_the_json_lines(tmp_path, smo
     events, stderr = run_json("--draft", "lookup", "--k", "2", "--max-tokens", "60", "--schedule", str(plan),
                               "--at", "11:k=20", "--at", "13:draft=lookup k=3", "--no-translate")
     assert "Traceback" not in stderr
-    from specdash.events import from_dict, to_dict
+    from specdash.contract.events import from_dict, to_dict
 
     assert all(to_dict(from_dict(e)) == e for e in events)  # the contract, unchanged
     step = 0

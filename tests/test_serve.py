@@ -410,7 +410,7 @@ def test_attach_reads_drives_and_steers_a_specdash_server(server, client):
     sends prompts over /v1/completions, and K is steered from here (127.0.0.1, no key)."""
     import asyncio
 
-    from specdash import events as E
+    from specdash.contract import events as E
     from specdash.sources.remote import RemoteSource
     from test_requests import remote_app, rows_reach
 

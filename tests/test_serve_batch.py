@@ -18,9 +18,9 @@ import pytest
 openai = pytest.importorskip("openai")
 
 from cli_helpers import assert_usage_error, specdash  # noqa: E402
-from specdash import events as E  # noqa: E402
+from specdash.contract import events as E  # noqa: E402
 from specdash.models.registry import model_path  # noqa: E402
-from specdash.recording import read_recording  # noqa: E402
+from specdash.records.recording import read_recording  # noqa: E402
 from test_serve import CTX, assert_plain, chat_tokens, leave_mid_stream, start_server, stop_server  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.settings import EngineSettings
 from specdash.serve.protocol import Ask
 from specdash.serve.queue import ServeQueue

@@ -13,10 +13,10 @@ import threading
 
 import pytest
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.settings import EngineSettings
 from specdash.engine.stats import SpecCounters
-from specdash.events import CountersEvent, SettingsEvent, StatusEvent, StepEvent, TelemetryEvent
+from specdash.contract.events import CountersEvent, SettingsEvent, StatusEvent, StepEvent, TelemetryEvent
 from specdash.tui.app import DashboardOptions, SpecdashApp
 from specdash.tui.reducer import DashState
 from test_tui_support import FixedSampler, load_replay, sync

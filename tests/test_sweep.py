@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from cli_helpers import assert_ok, specdash
-from specdash import events as E
-from specdash.sweep import Sweep
+from specdash.contract import events as E
+from specdash.tuning.sweep import Sweep
 from specdash.tui.app import DashboardOptions, SpecdashApp
 from specdash.tui.screens.sweep import SweepScreen
 from test_tui_support import FixedSampler, sync
@@ -84,7 +84,7 @@ def test_headless_sweep_on_the_real_model_drives_k_through_commands(tmp_path, sm
 
 def real_sweep_app(tmp_path, settings, prompt: str, ks: tuple[int, ...]) -> SpecdashApp:
     """The dashboard on a real Session, set to sweep `ks` for one 12-token round each."""
-    from specdash.session import Session
+    from specdash.sources.session import Session
 
     opts = DashboardOptions(settings=settings, prompt=prompt, sweep_ks=ks, sweep_rounds=1, sweep_tokens=12,
                             screenshots_dir=str(tmp_path))

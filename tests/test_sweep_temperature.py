@@ -9,9 +9,9 @@ import json
 import pytest
 
 from cli_helpers import assert_ok, assert_usage_error, specdash
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.commands.sweep import table
-from specdash.sweep import Sweep
+from specdash.tuning.sweep import Sweep
 from specdash.tui.screens.ask import AskScreen
 from specdash.tui.screens.sweep import SweepScreen
 from specdash.tui.widgets.plots import Plot

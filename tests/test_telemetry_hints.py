@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.telemetry.hints import LEVEL_ORDER, Hint, collect_hints
 
 FIXTURES = Path(__file__).parent / "fixtures"

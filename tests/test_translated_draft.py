@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.drafters.translated import (
     SOURCE, TranslatedDrafter, Vocabulary, complete_utf8, open_ended,
 )
 from specdash.engine.llm import LLM
 from specdash.engine.settings import EngineSettings, SamplingParams
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.models.resolve import resolve_model
 
 _spec = importlib.util.spec_from_file_location(
@@ -274,7 +274,7 @@ def pair_runs(greedy_reference):
 
     def get(target: str, draft: str):
         if (target, draft) not in made:
-            from specdash.session import Session
+            from specdash.sources.session import Session
 
             s = Session(EngineSettings(adaptive=False, target=target, draft=draft, k=4, threads=2, ctx=1024, raw=True))
             made[(target, draft)] = (s, greedy_reference(resolve_model(target), ctx=1024))
@@ -376,7 +376,7 @@ def test_the_exactness_check_has_teeth(pair_runs, monkeypatch):
 
 
 def test_no_translate_refuses_another_vocabulary():
-    from specdash.session import Session
+    from specdash.sources.session import Session
 
     with pytest.raises(SpecdashError, match="translate = false"):
         Session(EngineSettings(target="smollm2-135m", draft="gemma3-270m", translate=False, threads=1, ctx=512))
@@ -399,7 +399,7 @@ def test_a_padded_vocabulary_is_compatible_and_drafts_untranslated(padded, smol_
     (no translation), accepts nearly everything (its own weights) and keeps the output."""
     from specdash.engine.drafters.draft_model import DraftModelDrafter
     from specdash.models.compat import check_pair
-    from specdash.session import Session
+    from specdash.sources.session import Session
 
     report = check_pair(smol_path, padded)
     assert report.compatible and not report.translatable
@@ -514,7 +514,7 @@ def test_the_generation_panel_colours_translated_draft_tokens_apart():
 def test_export_leaves_out_a_translated_draft():
     """llama-server refuses a draft with another vocabulary (and then serves with no
     speculation at all): the export says so instead of writing -md."""
-    from specdash.export import server_args
+    from specdash.records.export import server_args
 
     st = E.SettingsEvent(source="engine", target="qwen2.5-coder-1.5b", draft="gemma3-270m",
                          drafter="gemma3-270m (translated)", k=4, target_path="/m/qwen.gguf",

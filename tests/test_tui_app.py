@@ -10,9 +10,9 @@ import pytest
 
 from pilot_helpers import bounded
 from specdash.config import load_config
-from specdash import events as C
+from specdash.contract import events as C
 from specdash.engine.stats import SpecCounters
-from specdash.events import StepEvent
+from specdash.contract.events import StepEvent
 from specdash.tui.screens.ask import AskScreen
 from test_tui_support import FailingSession, ReplaySession, load_replay, replay_app, sync
 

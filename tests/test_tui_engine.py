@@ -8,9 +8,9 @@ import json
 
 
 from pilot_helpers import bounded
-from specdash.session import Session
+from specdash.sources.session import Session
 from specdash.engine.settings import EngineSettings
-from specdash.events import NoticeEvent, PromptEvent, SettingsEvent, StepEvent
+from specdash.contract.events import NoticeEvent, PromptEvent, SettingsEvent, StepEvent
 from specdash.tui.app import DashboardOptions, SpecdashApp
 from specdash.tui.screens.ask import AskScreen
 from specdash.tui.screens.draft_picker import DraftPicker

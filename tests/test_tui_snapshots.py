@@ -89,7 +89,7 @@ def test_engine_error_is_shown(snap_compare):
 def test_sweep_view(snap_compare):
     """The K sweep view with a finished sweep: points with error bars across rounds, the
     plain reference line, the best K marked, the table."""
-    from specdash.sweep import Sweep
+    from specdash.tuning.sweep import Sweep
     from specdash.tui.screens.sweep import SweepScreen
     from test_sweep import BEFORE, run_through
 
@@ -106,7 +106,7 @@ def test_sweep_view_two_temperatures(snap_compare):
     column, best K per temperature, and the note that T>0 points are samples."""
     import dataclasses
 
-    from specdash.sweep import Sweep
+    from specdash.tuning.sweep import Sweep
     from specdash.tui.screens.sweep import SweepScreen
     from test_sweep import BEFORE, run_through
 
@@ -140,7 +140,7 @@ def three_fast_swaps() -> list:
     K change; the steps after them run at K=12, adaptively."""
     import dataclasses
 
-    from specdash.events import SettingsEvent, StepEvent
+    from specdash.contract.events import SettingsEvent, StepEvent
 
     events = load_replay()
     last_swap = max(i for i, ev in enumerate(events) if isinstance(ev, SettingsEvent))
@@ -225,7 +225,7 @@ def near_plain_run() -> list:
     0.98x plain): the live line runs on the plain reference for most of the chart."""
     import dataclasses
 
-    from specdash.events import StepEvent
+    from specdash.contract.events import StepEvent
 
     events = load_replay()
     head = [ev for ev in events[: next(i for i, ev in enumerate(events) if isinstance(ev, StepEvent))]]

@@ -17,10 +17,10 @@ import json
 import queue
 from pathlib import Path
 
-from specdash import events as C
+from specdash.contract import events as C
 from specdash.engine.settings import EngineSettings
-from specdash.events import SettingsEvent, Summary, from_dict
-from specdash.errors import SpecdashError
+from specdash.contract.events import SettingsEvent, Summary, from_dict
+from specdash.contract.errors import SpecdashError
 from specdash.telemetry import Hint, ProcessStats, TelemetrySnapshot, read_numa_nodes
 from specdash.tui.app import DashboardOptions, SpecdashApp
 from specdash.sources.embedded import WorkItem

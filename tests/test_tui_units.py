@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
-from specdash import events as C
+from specdash.contract import events as C
 from specdash.engine.settings import EngineSettings
-from specdash.events import PrefillEvent, PromptEvent, SettingsEvent, StatusEvent, StepEvent, Summary
-from specdash.errors import SpecdashError
+from specdash.contract.events import PrefillEvent, PromptEvent, SettingsEvent, StatusEvent, StepEvent, Summary
+from specdash.contract.errors import SpecdashError
 from specdash.sources.base import Outbox
 from specdash.sources.embedded import EmbeddedSource, PromptQueue, ShutdownRequested, WorkItem
 from specdash.tui.live_stats import LiveStats

@@ -59,7 +59,7 @@ def test_a_tabs_process_keeps_the_page_apart_from_stray_output():
     """Python prints and a native write to fd 1 go to stderr; the page's own bytes alone
     reach stdout, which textual-serve reads as frames."""
     code = ("import os, sys\n"
-            "from specdash.web.child import isolate_stdout\n"
+            "from specdash.web_tab import isolate_stdout\n"
             "page = isolate_stdout()\n"
             "print('stray print')\n"
             "os.write(1, b'native write\\n')\n"
@@ -94,7 +94,7 @@ def tab_processes(web: subprocess.Popen) -> list[psutil.Process]:
     out = []
     for child in psutil.Process(web.pid).children(recursive=True):
         try:
-            if "specdash.web.child" in " ".join(child.cmdline()) and child.name().startswith("python"):
+            if "specdash.web_tab" in " ".join(child.cmdline()) and child.name().startswith("python"):
                 out.append(child)
         except psutil.NoSuchProcess:
             pass

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from cli_helpers import assert_ok, assert_usage_error, specdash
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.controller import CostModelController
 from specdash.engine.settings import EngineSettings, SamplingParams
-from specdash.whatif.crossval import Halves, cross_validated, pick, split
-from specdash.whatif.profile import BUILTIN, Profile, load_profile, parse_profile
-from specdash.whatif.simulate import Replay, SimResult, make_drafter, simulate
-from specdash.whatif.transcript import Transcript, from_prompt
+from specdash.tuning.whatif.crossval import Halves, cross_validated, pick, split
+from specdash.costs.profile import BUILTIN, Profile, load_profile, parse_profile
+from specdash.tuning.whatif.simulate import Replay, SimResult, make_drafter, simulate
+from specdash.tuning.whatif.transcript import Transcript, from_prompt
 
 _spec = importlib.util.spec_from_file_location(
     "fuzz_exact", Path(__file__).resolve().parent.parent / "benchmarks" / "fuzz_exact.py")
@@ -67,7 +67,7 @@ def real_run(s: EngineSettings, prompt: str, controller=None, model: Path | None
              ) -> tuple[list[E.StepEvent], E.Summary]:
     """A real greedy run; `model`: the draft model a chain ends with (loaded first, as the
     session's chain model, then swapped to the chain)."""
-    from specdash.session import Session
+    from specdash.sources.session import Session
 
     session = Session(s.replace(draft=str(model)) if model else s, controller=controller)
     if model:
@@ -162,7 +162,7 @@ def with_off_text(tr: Transcript, draft: Path, p_joint: float) -> Transcript:
     """The transcript with the draft model's own continuation after each wrong token
     (transcript.off_text), as whatif builds it when a cut is set."""
     from specdash.engine.llm import LLM
-    from specdash.whatif.transcript import off_text
+    from specdash.tuning.whatif.transcript import off_text
 
     assert tr.draft is not None
     llm = LLM(draft, n_ctx=1024, n_threads=1)
@@ -236,7 +236,7 @@ def test_a_recurrent_draft_is_not_followed_off_the_text(mamba2_path, mamba2_draf
     so whatif keeps the text's confidence as the stand-in there, and does not say it
     follows the draft's own continuation."""
     from specdash.engine.llm import LLM
-    from specdash.whatif.transcript import over_text
+    from specdash.tuning.whatif.transcript import over_text
 
     target, draft = LLM(mamba2_path, n_ctx=512, n_threads=2), LLM(mamba2_draft_path, n_ctx=512, n_threads=2)
     try:
@@ -268,7 +268,7 @@ def test_whatif_never_drafts_more_than_the_targets_rollback_takes_back(case, req
     snapshots, created for k_max = 3, with its checkpoint refused, run at K = 8). whatif
     at K = 8 must draft under the same cap, step for step as the real run."""
     import specdash.engine.llm as llm_module
-    from specdash.session import Session
+    from specdash.sources.session import Session
 
     arch, cap = ("mamba2", 0) if case.startswith("mamba2") else ("lfm2", 3)
     path = request.getfixturevalue(f"{arch}_path")
@@ -417,7 +417,7 @@ class Recorder(CostModelController):
 def pinned(ctl: CostModelController) -> CostModelController:
     """The simulation's controller on the cost shape the engine's was pinned to (the suite's
     SPECDASH_COST_SHAPE, conftest): both learn s(1) from the same steps, nothing else."""
-    from specdash.session import pin_cost_shape
+    from specdash.sources.session import pin_cost_shape
 
     pin_cost_shape(ctl)
     return ctl
@@ -449,7 +449,7 @@ def test_simulated_auto_chooses_as_the_engine_did(smol_path, small_draft, transc
     """auto, the default, in whatif and in the real engine (its draft model the session's
     --draft-model): fed the costs and catch-ups the engine measured, the simulation takes
     the same source, K and reason every step. Simulated as the chain, it would not."""
-    from specdash.session import Session
+    from specdash.sources.session import Session
 
     s = settings(smol_path, "auto", 4, adaptive=True, draft_model=str(small_draft))
     params = dict(k_min=s.k_min, k_max=s.k_max, k_init=s.k, verdict_margin=0.0, probe_every=4)
@@ -771,7 +771,7 @@ def test_headless_sweep_with_whatif_predictions(smol_path, tmp_path):
 def test_sweep_view_draws_predicted_points_before_any_run():
     from textual.app import App
 
-    from specdash.sweep import Sweep
+    from specdash.tuning.sweep import Sweep
     from specdash.tui.screens.sweep import SweepScreen
 
     before = E.SettingsEvent(source="engine", target="t", drafter="lookup", draft="lookup", k=3)

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from cli_helpers import assert_ok, assert_usage_error, specdash
-from specdash.errors import SpecdashError
-from specdash.whatif.profile import BUILTIN, Profile, load_profile
-from specdash.whatif.synthetic import (FREE, MODEL, Synthetic, length_rates, parse_rates, predict, report,
+from specdash.contract.errors import SpecdashError
+from specdash.costs.profile import BUILTIN, Profile, load_profile
+from specdash.tuning.whatif.synthetic import (FREE, MODEL, Synthetic, length_rates, parse_rates, predict, report,
                                        simulate_steps)
 
 PROFILES = [load_profile(name) for name in BUILTIN] + [

@@ -31,8 +31,8 @@ for _path in (ROOT, BENCHMARKS):
         sys.path.insert(0, str(_path))
 
 from specdash.engine.settings import EngineSettings  # noqa: E402
-from specdash.events import PrefillEvent, StepEvent, Summary  # noqa: E402
-from specdash.session import Session  # noqa: E402
+from specdash.contract.events import PrefillEvent, StepEvent, Summary  # noqa: E402
+from specdash.sources.session import Session  # noqa: E402
 from peer_llamacpp import BenchError, _ints, choose_prompts  # noqa: E402  (benchmarks/, put on sys.path above)
 
 Arm = Callable[[Session], None]

@@ -20,10 +20,10 @@ import sys
 
 from ab_arms import parser, run  # benchmarks/experiments/ is sys.path[0]
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.drafters.base import model_price
 from specdash.engine.settings import LIMIT, EngineSettings
-from specdash.session import Session
+from specdash.sources.session import Session
 
 DEFAULT_PROMPTS = "code-generation,code-edit,summarization,json-extraction,edit-js-module,summarize-postmortem," \
                   "dialogue-support"

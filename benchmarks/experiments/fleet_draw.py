@@ -19,7 +19,7 @@ import time
 
 from textual.app import App
 from textual.geometry import Region
-from specdash.events import ServerEvent
+from specdash.contract.events import ServerEvent
 from specdash.tui.screens.fleet import FleetScreen
 
 N = 100

@@ -21,7 +21,7 @@ from ab_arms import parser, run  # benchmarks/experiments/ is sys.path[0]
 
 from specdash.engine.drafters.lookup import PromptLookupDrafter
 from specdash.engine.settings import EngineSettings
-from specdash.session import Session
+from specdash.sources.session import Session
 
 DEFAULT_PROMPTS = "code-generation,code-edit,summarization,json-extraction,edit-js-module,summarize-postmortem," \
                   "dialogue-support"

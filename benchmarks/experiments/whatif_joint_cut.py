@@ -23,10 +23,10 @@ from pathlib import Path
 
 from specdash.engine.controller import CostModelController
 from specdash.engine.settings import EngineSettings
-from specdash.errors import SpecdashError
-from specdash.whatif.profile import BUILTIN as PROFILES
-from specdash.whatif.profile import load_profile
-from specdash.whatif.simulate import make_drafter, simulate
+from specdash.contract.errors import SpecdashError
+from specdash.costs.profile import BUILTIN as PROFILES
+from specdash.costs.profile import load_profile
+from specdash.tuning.whatif.simulate import make_drafter, simulate
 
 
 def main() -> int:

@@ -8,7 +8,7 @@ specdash's --metrics-port).
                        then 1 when a server's last line is a health alarm, else 0)
 
 Each row carries the server's health verdict (`health`, and `alarms`: what each firing
-rule read; specdash/health.py). --once sees one interval: rules that need a running
+rule read; specdash/monitor/health.py). --once sees one interval: rules that need a running
 history say `unknown` there, and only a floor set in the config ([health]
 collapse_floor) can fire; --watch --count N judges N intervals.
     --prompt TEXT      drive mode: send TEXT to the server's completion endpoint; with
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 INTERVAL_RANGE = (0.1, 60.0)
 TIMEOUT_RANGE = (0.1, 120.0)
@@ -99,7 +99,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--screenshots", metavar="DIR", help="folder for `s` screenshots (default ~/specdash-screenshots)")
     p.add_argument("--json", action="store_true",
                    help="JSON: with --once/--watch one object per server per line (the `server` event "
-                   "of specdash/events.py); with --prompt the event stream as JSON lines")
+                   "of specdash/contract/events.py); with --prompt the event stream as JSON lines")
     p.set_defaults(func=run)
 
 
@@ -114,7 +114,7 @@ def add_poll_arguments(group: argparse.ArgumentParser | argparse._ArgumentGroup)
 
 
 def parse_headers(items: list[str]) -> dict[str, str]:
-    from specdash.remote.client import parse_header
+    from specdash.monitor.remote.client import parse_header
 
     headers: dict[str, str] = {}
     for i, item in enumerate(items, 1):
@@ -144,7 +144,7 @@ def build_sources(args: argparse.Namespace, *, with_prompt: bool = False,
     """One RemoteSource per distinct URL (bad URLs and headers raise SpecdashError).
     with_prompt: the dashboard's one prompt (`prompts`, read from args when not given),
     sent once the server answers."""
-    from specdash.remote.client import parse_url
+    from specdash.monitor.remote.client import parse_url
     from specdash.sources.remote import RemoteSource
 
     from specdash.config import find_config_path, load_config
@@ -248,14 +248,14 @@ def row_error(row: Any) -> str:
 
 
 def _print_row(row: Any, as_json: bool) -> None:
-    from specdash.events import to_dict
+    from specdash.contract.events import to_dict
 
     print(json.dumps(to_dict(row), ensure_ascii=False) if as_json else text_row(row), flush=True)
 
 
 def alarm_code(rows: list[Any]) -> int:
     """1 when a server that answered is in a health alarm (said on stderr), else 0."""
-    from specdash.health import is_alarm
+    from specdash.monitor.health import is_alarm
 
     alarming = [row for row in rows if row.state in ("up", "bad") and is_alarm(row.health)]
     for row in alarming:
@@ -303,7 +303,7 @@ def drive(source: Any, prompts: list[tuple[str, str]], args: argparse.Namespace)
     import queue
 
     from specdash.commands.run import summary_line
-    from specdash.events import (CountersEvent, NewPrompt, NoticeEvent, ServerEvent, StatusEvent, StepEvent,
+    from specdash.contract.events import (CountersEvent, NewPrompt, NoticeEvent, ServerEvent, StatusEvent, StepEvent,
                                  Summary, to_dict)
 
     recorder = _recorder(args, [source]) if args.record else None
@@ -353,7 +353,7 @@ def _recorder(args: argparse.Namespace, sources: list[Any]) -> Any:
     """A Recorder for `--record`. The header names the server's build (llama-server's
     /props build_info), known only once a poll came back: read when the header is
     written, at the first settings event."""
-    from specdash.recording import Recorder
+    from specdash.records.recording import Recorder
 
     def server() -> dict[str, Any]:
         if len(sources) != 1:

@@ -10,8 +10,8 @@ from pathlib import Path
 from specdash.commands.common import add_engine_arguments, load_settings, read_prompt_file, stderr_progress
 from specdash.engine.drafters import KINDS, is_model
 from specdash.engine.settings import LIMIT, Limit
-from specdash.errors import SpecdashError
-from specdash.prompts import BUILTIN, Prompt
+from specdash.contract.errors import SpecdashError
+from specdash.tuning.prompts import BUILTIN, Prompt
 
 # "draft" is the draft model (--draft, else the registry's default draft); the others are
 # the model-free kinds and the chain (engine/drafters KINDS).
@@ -99,10 +99,10 @@ def _prompts(args: argparse.Namespace) -> list[Prompt]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdash.bench import adaptive_report, configs_for, experts_report, format_table, run_bench, run_expert_sweep
+    from specdash.tuning.bench import adaptive_report, configs_for, experts_report, format_table, run_bench, run_expert_sweep
     from specdash.engine.experts import expert_counts, expert_key
     from specdash.models.registry import DEFAULT_DRAFT
-    from specdash.session import Session
+    from specdash.sources.session import Session
 
     ks = args.ks
     if args.repeat < 1:

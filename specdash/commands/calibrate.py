@@ -31,9 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdash import events as E
+    from specdash.contract import events as E
     from specdash.costs.store import ProfileStore
-    from specdash.session import Session
+    from specdash.sources.session import Session
 
     config = load_settings(args)
     session = Session(config.engine.replace(adaptive=True), progress=stderr_progress())

@@ -91,7 +91,7 @@ def _check_head(target: object, *, named: bool) -> int:
     """`check TARGET [mtp]`: can the target draft with its own MTP head here? Exit 0 yes,
     1 no (the one-line reason); without a head and without `mtp` named, a usage error."""
     from specdash.engine.drafters.mtp import MtpUnavailable, staging_api
-    from specdash.errors import SpecdashError
+    from specdash.contract.errors import SpecdashError
     from specdash.models.mtp_info import mtp_head
 
     head = mtp_head(str(target))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specdash.engine.settings import LIMIT, Limit
-from specdash.errors import SpecdashError, read_user_file
+from specdash.contract.errors import SpecdashError, read_user_file
 
 
 def limit_type(lim: Limit) -> Callable[[str], Any]:

@@ -1,6 +1,6 @@
 """`specdash compare A B`: acceptance and speed of two sets of runs of the same prompts,
 side by side, with limits for CI (exit 1 when B is worse than A by more than allowed).
-The figures and the verdict are specdash/compare.py's; this prints them."""
+The figures and the verdict are specdash/records/compare.py's; this prints them."""
 
 from __future__ import annotations
 
@@ -57,8 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdash.compare import Limits, compare
-    from specdash.runs import read_runs
+    from specdash.records.compare import Limits, compare
+    from specdash.records.runs import read_runs
 
     a = read_runs(args.a)  # a bad file fails here, in one line naming it
     b = read_runs(args.b)

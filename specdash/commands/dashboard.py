@@ -12,7 +12,7 @@ from specdash.config import UI_LIMIT, Config, UISettings
 from specdash.commands.common import (add_engine_arguments, add_metrics_names, add_prompt_arguments, limit_type,
                                       load_settings, read_prompt, ui_prefs)
 from specdash.engine.settings import EngineSettings
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.sources.embedded import Progress
 
 if TYPE_CHECKING:
@@ -88,14 +88,14 @@ def attach_outputs(app: SpecdashApp, args: argparse.Namespace, record_dir: str |
     """--record / record_dir and --metrics-port: listeners on the app's event path."""
     record = getattr(args, "record", None)
     if record or record_dir:
-        from specdash.recording import Recorder, recording_path
+        from specdash.records.recording import Recorder, recording_path
 
         recorder = Recorder(record or recording_path(record_dir or "", "dashboard"), extra={"command": "dashboard"})
         app.add_listener(recorder)
         app.on_exit_callbacks.append(recorder.close)
     port = getattr(args, "metrics_port", None)
     if port is not None:
-        from specdash.metrics_exporter import MetricsExporter
+        from specdash.monitor.metrics_exporter import MetricsExporter
 
         exporter = MetricsExporter(port, names=getattr(args, "metrics_names", "specdash"))
         app.add_listener(exporter.feed)
@@ -117,8 +117,8 @@ def launch(args: argparse.Namespace, config: Config, prompt: str | None,
     """The dashboard on the embedded engine; `sweep` = (Ks, rounds, tokens) opens the
     sweep view on the first prompt (`specdash sweep`), at each of `sweep_temps` if given."""
     from specdash.config import find_config_path
-    from specdash.prompts import BUILTIN
-    from specdash.session import Session
+    from specdash.tuning.prompts import BUILTIN
+    from specdash.sources.session import Session
     from specdash.sources.embedded import WorkItem
     from specdash.tui.app import DashboardOptions, SpecdashApp
     from specdash.tui.terminal import run_app

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from specdash.commands.common import add_engine_arguments, load_settings
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,11 +26,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdash.events import SettingsEvent, StepEvent
-    from specdash.export import command_line, preset_section
+    from specdash.contract.events import SettingsEvent, StepEvent
+    from specdash.records.export import command_line, preset_section
 
     if args.recording:
-        from specdash.recording import read_recording
+        from specdash.records.recording import read_recording
 
         rec = read_recording(args.recording)
         found = [ev for ev in rec.events if isinstance(ev, SettingsEvent)]
@@ -54,7 +54,7 @@ def settings_event(settings):
     """What an engine with `settings` would report, with the models' files resolved
     (cached registry models or paths; nothing is downloaded for an export)."""
     from specdash.engine.drafters import is_model
-    from specdash.events import SettingsEvent
+    from specdash.contract.events import SettingsEvent
     from specdash.models.resolve import resolve_model
 
     target = resolve_model(settings.target, fetch=False)

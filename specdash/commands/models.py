@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.models.fetch import FetchProgress, ProgressCallback, fetch_model
 from specdash.models.registry import (
     BUILTIN,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 if TYPE_CHECKING:
-    from specdash.recording import Recording
+    from specdash.records.recording import Recording
     from specdash.tui.app_base import SourceFactory
 
 
@@ -32,8 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdash.recording import read_recording
-    from specdash.events import SPEEDS
+    from specdash.records.recording import read_recording
+    from specdash.contract.events import SPEEDS
 
     if len(args.files) > 2:
         raise SpecdashError(f"replay takes one recording, or two to compare; got {len(args.files)}")

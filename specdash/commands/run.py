@@ -9,12 +9,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from specdash import events as E
-from specdash.commands_registry import SCHEDULE_SYNTAX
+from specdash.contract import events as E
+from specdash.contract.vocabulary import SCHEDULE_SYNTAX
 from specdash.commands.common import (add_engine_arguments, add_metrics_names, add_prompt_arguments, load_settings,
                                       read_prompt, stderr_progress)
-from specdash.events import StepEvent, Summary, to_dict
-from specdash.health import HealthMonitor, in_order
+from specdash.contract.events import StepEvent, Summary, to_dict
+from specdash.monitor.health import HealthMonitor, in_order
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="generate headless (text, or JSON lines with --json)",
         description="Run the speculative engine on one prompt without the dashboard. "
         "Without --json the text streams to stdout and a one-line summary goes to stderr; "
-        "with --json every event is a JSON object on its own line (specdash/events.py).",
+        "with --json every event is a JSON object on its own line (specdash/contract/events.py).",
         epilog="Schedules: lines of `STEP: COMMAND ...`, e.g. `10: k=8` or `25: draft=suffix pause=2s`; "
         f"commands: {SCHEDULE_SYNTAX}. Commands are sent after step STEP and apply before the next; "
         "with --json each applied command shows as a settings line whose `command` is its text, and "
@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_engine_arguments(p)
     add_prompt_arguments(p, required=True)
     p.add_argument("--json", action="store_true",
-                   help="emit the event stream as JSON lines (specdash/events.py, schema field in every "
+                   help="emit the event stream as JSON lines (specdash/contract/events.py, schema field in every "
                    "line): settings, prefill, one step per line, notices, then the summary")
     p.add_argument("--schedule", metavar="FILE", help="apply commands at given steps (see below)")
     p.add_argument("--at", action="append", default=[], metavar="STEP:COMMAND",
@@ -57,8 +57,8 @@ def summary_line(s: Summary) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdash.schedule import Schedule, load_schedule, parse_at
-    from specdash.session import Session
+    from specdash.tuning.schedule import Schedule, load_schedule, parse_at
+    from specdash.sources.session import Session
 
     prompt = read_prompt(args)  # first: its own message for an empty prompt
     assert prompt is not None  # --prompt or --prompt-file is required
@@ -67,18 +67,18 @@ def run(args: argparse.Namespace) -> int:
     sinks: list[Callable[[E.Event], None]] = [_printer(args.json)]
     closers: list[Callable[[], None]] = []
     if args.record or config.ui.record_dir:
-        from specdash.recording import Recorder, recording_path
+        from specdash.records.recording import Recorder, recording_path
 
         recorder = Recorder(args.record or recording_path(config.ui.record_dir or "", "run"),
                             extra={"command": "run", "prompt": prompt})
-        from specdash.recording import sample_telemetry
+        from specdash.records.recording import sample_telemetry
 
         sinks.append(recorder)
         closers.append(sample_telemetry(recorder))  # the machine's load, 1/s, for the replay's panels
         closers.append(recorder.close)
         closers.append(lambda: print(f"recorded {recorder.lines} lines to {recorder.path}", file=sys.stderr))
     if args.metrics_port is not None:
-        from specdash.metrics_exporter import MetricsExporter
+        from specdash.monitor.metrics_exporter import MetricsExporter
 
         exporter = MetricsExporter(args.metrics_port, names=args.metrics_names)
         sinks.append(exporter.feed)

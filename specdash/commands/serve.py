@@ -12,7 +12,7 @@ from typing import Any
 
 from specdash.commands.common import add_engine_arguments, add_metrics_names, load_settings, stderr_progress, ui_prefs
 from specdash.engine.settings import LIMIT
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 API_KEY_ENV = "SPECDASH_API_KEY"
 # An assistant's prompts (a repository map, open files, a growing chat) run to several
@@ -92,7 +92,7 @@ def server_settings(args: argparse.Namespace) -> tuple[str, int, str | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdash.metrics_exporter import MetricsExporter
+    from specdash.monitor.metrics_exporter import MetricsExporter
     from specdash.serve.http import ServerThread, make_app
     from specdash.serve.link import EngineLink
     from specdash.serve.queue import ServeQueue
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
 
 def sessions(args: argparse.Namespace) -> Any:
     """The session factory: a target context with a sequence per request --parallel allows."""
-    from specdash.session import Session
+    from specdash.sources.session import Session
 
     return functools.partial(Session, n_seq=args.parallel or AUTO_PARALLEL)
 
@@ -155,7 +155,7 @@ def _headless(args: argparse.Namespace, config: Any, settings: Any, queue: Any, 
     log = EventLog(sys.stderr, stderr_progress())
     listeners = [link.feed, log.feed]
     if args.record:
-        from specdash.recording import Recorder
+        from specdash.records.recording import Recorder
 
         recorder = Recorder(args.record, extra={"command": "serve"})
         listeners.append(recorder)

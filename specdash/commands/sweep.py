@@ -9,8 +9,8 @@ from pathlib import Path
 
 from specdash.commands.common import add_engine_arguments, add_prompt_arguments, load_settings, read_prompt, stderr_progress
 from specdash.engine.settings import LIMIT
-from specdash.errors import SpecdashError
-from specdash.sweep import DEFAULT_KS
+from specdash.contract.errors import SpecdashError
+from specdash.tuning.sweep import DEFAULT_KS
 
 
 def _ks(text: str) -> list[int]:
@@ -67,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdash.prompts import BUILTIN
+    from specdash.tuning.prompts import BUILTIN
 
     if args.rounds < 1 or args.sweep_tokens < 1:
         raise SpecdashError("--rounds and --sweep-tokens must be >= 1")
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace, settings, prompt: str):
-    from specdash.whatif.api import predict_sweep
+    from specdash.tuning.whatif.api import predict_sweep
 
     # whatif simulates greedy decoding: its points are drawn on the T=0 series only.
     if args.temps is not None:
@@ -103,9 +103,9 @@ def _predict(args: argparse.Namespace, settings, prompt: str):
 
 
 def headless(args: argparse.Namespace, settings, prompt: str, predicted=None) -> int:
-    from specdash import events as E
-    from specdash.session import Session
-    from specdash.sweep import Sweep
+    from specdash.contract import events as E
+    from specdash.sources.session import Session
+    from specdash.tuning.sweep import Sweep
 
     session = Session(settings, progress=stderr_progress())
     try:

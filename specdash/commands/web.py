@@ -10,7 +10,7 @@ import os
 from specdash.commands.attach import add_poll_arguments, parse_headers
 from specdash.commands.common import say, ui_prefs
 from specdash.commands.serve import API_KEY_ENV, server_settings
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 DEFAULT_PORT = 8765
 DEFAULT_URL = "http://127.0.0.1:8080"  # `specdash serve`'s default address
@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def attach_argv(args: argparse.Namespace) -> list[str]:
     """The arguments each tab's `specdash attach` gets, checked now: a bad URL, header or
     config is this command's one-line error, not a broken page later."""
-    from specdash.remote.client import parse_url
+    from specdash.monitor.remote.client import parse_url
 
     for raw in args.urls:
         parse_url(raw)
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     host, port, key = server_settings(args)
     argv = attach_argv(args)
     try:
-        from specdash.web.child import ARGV_ENV
+        from specdash.web import ARGV_ENV
         from specdash.web.server import WebServer
     except ImportError as exc:  # textual-serve is a dependency; a broken install says so
         raise SpecdashError(f"specdash web needs textual-serve ({exc}); reinstall: pip install -e .") from None

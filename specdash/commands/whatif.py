@@ -1,5 +1,5 @@
 """`specdash whatif`: every drafter and K predicted from one plain greedy run, on this
-machine's cost curve or another's (specdash/whatif/); or, with --acceptance-length /
+machine's cost curve or another's (specdash/tuning/whatif/); or, with --acceptance-length /
 --acceptance-rates, every K from an acceptance figure alone (whatif/synthetic.py)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from specdash.commands.common import add_engine_arguments, add_prompt_arguments, load_settings, read_prompt, stderr_progress
 from specdash.engine.drafters import KINDS
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 
 def _ks(text: str) -> list[int]:
@@ -126,12 +126,12 @@ def _write_json(path: str, payload: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specdash.engine.controller import CostModelController
-    from specdash.whatif.crossval import cross_validated
-    from specdash.whatif.measure import measure_here
-    from specdash.whatif.profile import load_profile, save_profile
-    from specdash.whatif.report import AUTO, Report
-    from specdash.whatif.simulate import sweep
-    from specdash.whatif.transcript import from_prompt, from_recording, model_spec
+    from specdash.tuning.whatif.crossval import cross_validated
+    from specdash.tuning.whatif.measure import measure_here
+    from specdash.costs.profile import load_profile, save_profile
+    from specdash.tuning.whatif.report import AUTO, Report
+    from specdash.tuning.whatif.simulate import sweep
+    from specdash.tuning.whatif.transcript import from_prompt, from_recording, model_spec
 
     def say(msg: str) -> None:
         print(f"whatif: {msg}", file=sys.stderr, flush=True)
@@ -220,10 +220,10 @@ def run(args: argparse.Namespace) -> int:
 
 def run_synthetic(args: argparse.Namespace, prompt: str | None, say: Callable[[str], None]) -> int:
     """--acceptance-length / --acceptance-rates: every K priced on the profile, no text."""
-    from specdash.prompts import BUILTIN
-    from specdash.whatif.measure import measure_profile
-    from specdash.whatif.profile import load_profile, save_profile
-    from specdash.whatif.synthetic import Synthetic, parse_rates, report
+    from specdash.tuning.prompts import BUILTIN
+    from specdash.tuning.whatif.measure import measure_profile
+    from specdash.costs.profile import load_profile, save_profile
+    from specdash.tuning.whatif.synthetic import Synthetic, parse_rates, report
 
     if args.at_k is not None and args.acceptance_length is None:
         raise SpecdashError("--at-k says at which K an --acceptance-length was read; give --acceptance-length L")

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 
 from specdash.costs.key import key_digest, profile_key
 from specdash.engine.kept_costs import KeptCosts
-from specdash.errors import SpecdashError
-from specdash.paths import cache_dir
-from specdash.whatif.profile import Profile, parse_profile
+from specdash.contract.errors import SpecdashError
+from specdash.contract.paths import cache_dir
+from specdash.costs.profile import Profile, parse_profile
 
 if TYPE_CHECKING:
     from specdash.engine.llm import LLM

@@ -39,7 +39,7 @@ from specdash.engine.controller_settings import ControllerSettings, ThresholdSet
 from specdash.engine.draft_pricing import CopyPricing, DraftPricing, expected_tokens
 from specdash.engine.settings import LIMIT
 from specdash.engine.target_costs import TargetCosts
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 __all__ = ["ControllerSettings", "CostModelController", "KController", "ThresholdController",
            "ThresholdSettings", "expected_tokens"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine import step_rules as rules
 from specdash.engine.adaptive_draft import propose
 from specdash.engine.controller import KController
@@ -34,8 +34,8 @@ from specdash.engine.stats import SpecCounters
 from specdash.engine.target_costs import TargetCosts
 from specdash.engine.supports import ALWAYS
 from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
-from specdash.errors import SpecdashError
-from specdash.events import Event, NoticeEvent, PrefillEvent, SettingsEvent, StepEvent, Summary
+from specdash.contract.errors import SpecdashError
+from specdash.contract.events import Event, NoticeEvent, PrefillEvent, SettingsEvent, StepEvent, Summary
 
 
 class TargetReloadError(SpecdashError):

@@ -9,7 +9,7 @@ refused here first.
 from __future__ import annotations
 
 from specdash.engine.llm import LLM
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 
 def expert_counts(llm: LLM) -> tuple[int, int] | None:

@@ -16,10 +16,10 @@ import numpy as np
 import llama_cpp as ll
 
 from specdash.engine import repack
-from specdash.engine.llamalog import clear_tail, last_log_error
+from specdash.models.llamalog import clear_tail, last_log_error
 from specdash.engine.rollback import Strategy, snapshot_budget
 from specdash.engine.rollback import probe as probe_rollback
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.telemetry.cpu import physical_cores
 
 ll.llama_backend_init()

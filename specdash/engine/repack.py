@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specdash.errors import SpecdashError
-from specdash.paths import cache_dir
+from specdash.contract.errors import SpecdashError
+from specdash.contract.paths import cache_dir
 
 SETTINGS = ("auto", "on", "no-amx", "off")
 MODES = ("on", "no-amx", "off")
@@ -184,7 +184,7 @@ class ModelParams:
         repack = extra_bufts().get("CPU_REPACK")
         if not repack:
             return
-        from specdash.gguf_header import read_gguf_header
+        from specdash.models.gguf_header import read_gguf_header
 
         names = repack_overrides(read_gguf_header(path).tensors)
         if not names:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from specdash.paths import cache_dir
+from specdash.contract.paths import cache_dir
 
 # Bump when the bytes change; the file name carries it.
 MODEL_VERSION = 1

@@ -13,9 +13,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 # The contract checks events against it too: it lives below both (importable from here).
-from specdash.limits import K_CAP
+from specdash.contract.limits import K_CAP
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Counters built from step events (the events themselves: specdash/events.py).
+"""Counters built from step events (the events themselves: specdash/contract/events.py).
 
 Metric names follow vLLM's spec-decode metrics (num_drafts, num_draft_tokens,
 num_accepted_tokens, num_accepted_tokens_per_pos) so numbers line up with what
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specdash.events import CountersEvent, StepEvent
+from specdash.contract.events import CountersEvent, StepEvent
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ their modules rather than from here: `specdash models list` should not pay for i
 """
 
 from specdash.models.fetch import FetchProgress, fetch_model
-from specdash.gguf_header import GGUFError, GGUFHeader, check_gguf, gguf_metadata, read_gguf_header
+from specdash.models.gguf_header import GGUFError, GGUFHeader, check_gguf, gguf_metadata, read_gguf_header
 from specdash.models.registry import (
     BUILTIN,
     DEFAULT_DRAFT,

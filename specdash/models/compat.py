@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specdash.errors import SpecdashError
-from specdash.gguf_header import GGUFArray, read_string_array
-from specdash.paths import cache_dir
+from specdash.contract.errors import SpecdashError
+from specdash.models.gguf_header import GGUFArray, read_string_array
+from specdash.contract.paths import cache_dir
 
 # Same constants as llama.cpp's speculative.cpp.
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.models.registry import BUILTIN, ModelSpec, known_names, model_path
 
 _CHUNK = 1 << 20

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdash.gguf_header import GGUFHeader, read_gguf_header
+from specdash.models.gguf_header import GGUFHeader, read_gguf_header
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.models.compat import TRANSLATION_TIER, Rule, evaluate_rules, translation_applies, translation_note
 from specdash.models.rollback_info import short
 from specdash.models.scan import ModelInfo, ScanProblem, ScanResult, inspect_model

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import llama_cpp
 
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.models.fetch import ProgressCallback
-from specdash.gguf_header import check_gguf
+from specdash.models.gguf_header import check_gguf
 from specdash.models.llamalog import captured_llama_log, last_lines
 from specdash.models.registry import (
     BUILTIN,

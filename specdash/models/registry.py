@@ -14,8 +14,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from specdash.errors import SpecdashError
-from specdash.paths import cache_dir
+from specdash.contract.errors import SpecdashError
+from specdash.contract.paths import cache_dir
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b"

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.models.fetch import ProgressCallback, fetch_model
-from specdash.gguf_header import GGUFError, check_gguf
+from specdash.models.gguf_header import GGUFError, check_gguf
 from specdash.models.registry import BUILTIN, find_user_draft, known_names, model_path
 
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.models.compat import TOKEN_DIGESTS, Vocab, vocab_from_metadata
-from specdash.gguf_header import (
+from specdash.models.gguf_header import (
     GGUFError,
     GGUFHeader,
     check_gguf,

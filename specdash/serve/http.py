@@ -25,7 +25,7 @@ from typing import Any
 
 from aiohttp import web
 
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.serve.link import EngineLink
 from specdash.serve.protocol import Ask, BadRequest, chunk, parse_chat, parse_completion, response, usage_chunk
 from specdash.serve.request import Done, Failed, ServedRequest, Text

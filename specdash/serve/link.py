@@ -16,13 +16,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from specdash import events as E
-from specdash.commands_registry import parse_command
-from specdash.events import ContractError
+from specdash.contract import events as E
+from specdash.contract.vocabulary import parse_command
+from specdash.contract.events import ContractError
 from specdash.engine.batch.costs import paying_width
 from specdash.engine.llm import LLM
-from specdash.errors import SpecdashError
-from specdash.metrics_exporter import MetricsExporter
+from specdash.contract.errors import SpecdashError
+from specdash.monitor.metrics_exporter import MetricsExporter
 from specdash.serve.chat_template import ChatTemplate
 from specdash.serve.protocol import Ask, BadRequest
 from specdash.serve.queue import ServeQueue

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from specdash import events as E
+from specdash.contract import events as E
 
 
 class EventLog:

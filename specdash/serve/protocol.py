@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdash.limits import K_CAP
+from specdash.contract.limits import K_CAP
 
 MAX_STOPS = 16  # stop strings per request (OpenAI allows 4; llama-server any number)
 MAX_TOKENS_CAP = 1 << 20

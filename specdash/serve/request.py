@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.serve.protocol import Ask, Outcome
 from specdash.serve.stops import StopText
 

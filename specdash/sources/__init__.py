@@ -1,4 +1,4 @@
-"""Sources: anything that yields contract events (specdash.events) and takes commands.
+"""Sources: anything that yields contract events (specdash.contract.events) and takes commands.
 
 embedded  the engine in a thread (sources/embedded.py)
 replay    a recording played back (sources/replay.py)

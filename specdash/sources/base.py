@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from specdash.events import Command, Event, NoticeEvent, PrefillEvent, SettingsEvent, StatusEvent, Summary
+from specdash.contract.events import Command, Event, NoticeEvent, PrefillEvent, SettingsEvent, StatusEvent, Summary
 
 
 @dataclass(frozen=True, slots=True)

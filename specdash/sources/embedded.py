@@ -22,12 +22,12 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine import supports as engine_supports
 from specdash.engine.settings import EngineSettings
-from specdash.errors import SpecdashError
-from specdash.events import Event
-from specdash.health import HealthThresholds, monitored
+from specdash.contract.errors import SpecdashError
+from specdash.contract.events import Event
+from specdash.monitor.health import HealthThresholds, monitored
 from specdash.sources.base import Preset, Telemetry
 
 Progress = Callable[[str, float | None], None]
@@ -70,7 +70,7 @@ class Served(Protocol):
 
 
 class SessionLike(Protocol):
-    """What the source needs of a session (specdash.session.Session; tests pass fakes)."""
+    """What the source needs of a session (specdash.sources.session.Session; tests pass fakes)."""
 
     def run(self, prompt: str, max_tokens: int | None = None) -> Iterator[Event]: ...
 
@@ -260,7 +260,7 @@ class EmbeddedSource:
                 ev = dataclasses.replace(ev, supports=sorted({*ev.supports, *SUPPORTS}))
             emit(ev)
 
-        # Every event is also judged by the health rules (specdash/health.py). A server's
+        # Every event is also judged by the health rules (specdash/monitor/health.py). A server's
         # queue changes in its HTTP thread too: one lock keeps the rules' fold in order.
         judged, lock = monitored(relay, self._health), threading.Lock()
 

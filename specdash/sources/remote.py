@@ -30,18 +30,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdash import events as E
-from specdash.commands_registry import name_of
-from specdash.limits import K_CAP
-from specdash.errors import describe
-from specdash.events import Event, now
-from specdash.health import HealthMonitor, HealthThresholds, alarms, in_order
-from specdash.remote.backends import LlamaCppSnapshot, Snapshot
-from specdash.remote.client import Client, RemoteError, parse_url
-from specdash.remote.metrics import NotMetricsError, parse
-from specdash.remote.poller import (DEFAULT_INTERVAL, DEFAULT_WINDOW, Poller, PollResult, ServerWatch,
+from specdash.contract import events as E
+from specdash.contract.vocabulary import name_of
+from specdash.contract.limits import K_CAP
+from specdash.contract.errors import describe
+from specdash.contract.events import Event, now
+from specdash.monitor.health import HealthMonitor, HealthThresholds, alarms, in_order
+from specdash.monitor.remote.backends import LlamaCppSnapshot, Snapshot
+from specdash.monitor.remote.client import Client, RemoteError, parse_url
+from specdash.monitor.remote.metrics import NotMetricsError, parse
+from specdash.monitor.remote.poller import (DEFAULT_INTERVAL, DEFAULT_WINDOW, Poller, PollResult, ServerWatch,
                                     model_status, preset_options)
-from specdash.remote.window import acceptance_rate, mean_accepted_length
+from specdash.monitor.remote.window import acceptance_rate, mean_accepted_length
 from specdash.sources.base import Preset, Telemetry
 from specdash.sources.embedded import WorkItem
 
@@ -625,7 +625,7 @@ class RemoteSource:
     def _metrics_counts(self) -> dict[str, Any] | None:
         """The speculative counters right now (for a prompt's exact per-position counts)."""
         try:
-            from specdash.remote.backends import snapshot as take
+            from specdash.monitor.remote.backends import snapshot as take
             query = {"model": self.watch.router.active, "autoload": "false"} \
                 if self.watch.router and self.watch.router.active else None
             scrape = parse(self.client.metrics_text(query))

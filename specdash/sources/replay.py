@@ -19,10 +19,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from specdash import events as E
-from specdash.commands_registry import name_of
-from specdash.events import SPEEDS, Event
-from specdash.recording import Recording, read_recording
+from specdash.contract import events as E
+from specdash.contract.vocabulary import name_of
+from specdash.contract.events import SPEEDS, Event
+from specdash.records.recording import Recording, read_recording
 from specdash.sources.base import Preset, Telemetry
 
 SUPPORTS = ["pause", "seek", "speed", "stop"]  # what a recording can do, by command name

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 from specdash.telemetry.cpu import PhysicalCores, physical_cores
 from specdash.telemetry.numa import NODE_DIR, PROC_MEMINFO, parse_cpulist, read_numa_nodes
 

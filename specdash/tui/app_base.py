@@ -32,12 +32,12 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.settings import LIMIT, EngineSettings
-from specdash.errors import SpecdashError
-from specdash.events import Event, NoticeEvent, StatusEvent, StepEvent
-from specdash.health import HealthThresholds
-from specdash.commands_registry import COMMANDS
+from specdash.contract.errors import SpecdashError
+from specdash.contract.events import Event, NoticeEvent, StatusEvent, StepEvent
+from specdash.monitor.health import HealthThresholds
+from specdash.contract.vocabulary import COMMANDS
 from specdash.sources.base import Outbox, Source
 from specdash.sources.embedded import EmbeddedSource, PromptQueue, SessionFactory, WorkItem
 from specdash.telemetry import Hint
@@ -53,7 +53,7 @@ from specdash.tui.panels import (
 )
 from specdash.tui.live_stats import LiveStats
 from specdash.tui.reducer import DashState
-from specdash.sweep import Sweep
+from specdash.tuning.sweep import Sweep
 from specdash.tui.screens.sweep import SweepScreen
 from specdash.tui.screens.help import HelpScreen
 from specdash.tui.status import StatusLine
@@ -543,7 +543,7 @@ class DashboardBase(App[int]):
             notes.append(("weights", f"repack {st.repack_verdict} (`specdash doctor` says more)"))
         if st is not None and st.rollback:
             notes.append(("rollback", st.rollback))
-        if self.state.health is not None:  # what each health rule read (specdash/health.py)
+        if self.state.health is not None:  # what each health rule read (specdash/monitor/health.py)
             for rule in self.state.health.rules:
                 notes.append((f"health: {rule.name}", f"{rule.state}" + (f": {rule.message}" if rule.message else "")))
         self.push_screen(HelpScreen(rows, notes))

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.tui.app_base import DashboardBase
 from specdash.engine.settings import LIMIT, Limit
-from specdash.events import SPEEDS
+from specdash.contract.events import SPEEDS
 from specdash.sources.embedded import PromptQueue, WorkItem
 from specdash.tui.screens.ask import AskScreen
 from specdash.sources.base import Preset

@@ -11,13 +11,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.tui.app_base import DashboardBase
 from specdash.engine.settings import LIMIT, EngineSettings
 from specdash.engine.stats import SpecCounters
-from specdash.errors import SpecdashError
-from specdash.events import Event
-from specdash.sweep import Sweep
+from specdash.contract.errors import SpecdashError
+from specdash.contract.events import Event
+from specdash.tuning.sweep import Sweep
 from specdash.tui.screens.ask import AskScreen
 from specdash.tui.screens.export import ExportScreen
 from specdash.tui.screens.sweep import SweepScreen
@@ -148,7 +148,7 @@ class TuningActions(DashboardBase):
     def action_export(self) -> None:
         if self._refused("export"):
             return
-        from specdash.export import command_line, preset_section
+        from specdash.records.export import command_line, preset_section
 
         st = self.state.settings
         assert st is not None

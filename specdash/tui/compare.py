@@ -20,9 +20,9 @@ from textual.binding import Binding
 from textual.containers import Grid, Vertical
 from textual.widgets import Static
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine.stats import SpecCounters
-from specdash.recording import Recording
+from specdash.records.recording import Recording
 from specdash.tui.reducer import DashState
 from specdash.tui.themes import VARIABLE_DEFAULTS, load_themes
 from specdash.tui.widgets.footer import KeyFooter

@@ -3,7 +3,7 @@
 The footer (dim or hide), the help screen and the command palette (why not) and the
 key handlers (refuse with a notification) all ask `why_unavailable`, so they cannot
 disagree. The controls that issue commands come from the command registry
-(specdash/commands_registry.py), in its order; the dashboard's own (export, screenshot,
+(specdash/contract/vocabulary.py), in its order; the dashboard's own (export, screenshot,
 ...) follow.
 
 The capability rule: a command's control is available only when the source lists the
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from specdash.commands_registry import COMMANDS
+from specdash.contract.vocabulary import COMMANDS
 from specdash.tui.reducer import DashState
 
 

@@ -18,8 +18,8 @@ from functools import partial
 
 from textual.binding import Binding
 
-from specdash import events as E
-from specdash.events import Event
+from specdash.contract import events as E
+from specdash.contract.events import Event
 from specdash.sources.base import Preset, Telemetry
 from specdash.sources.embedded import PromptQueue, WorkItem
 from specdash.sources.remote import RemoteSource

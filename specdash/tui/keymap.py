@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from textual.binding import Binding
 from textual.keys import Keys, _character_to_key
 
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 MODIFIERS = ("ctrl", "shift", "alt", "meta", "super", "hyper")
 # Key names without modifiers: Textual's named keys and the names of printable characters.

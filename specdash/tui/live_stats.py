@@ -20,8 +20,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from specdash.engine.stats import SpecCounters
-from specdash.events import CountersEvent, Event, PrefillEvent, SettingsEvent, StepEvent, Summary
-from specdash.plain_rate import PlainRate
+from specdash.contract.events import CountersEvent, Event, PrefillEvent, SettingsEvent, StepEvent, Summary
+from specdash.monitor.plain_rate import PlainRate
 
 # Settings whose change is a hot-swap worth a marker on the time charts, with the short
 # label the marker carries.
@@ -200,7 +200,7 @@ class LiveStats:
 
     @property
     def plain_tokens_per_s(self) -> float | None:
-        """Plain-decoding speed measured on this machine (specdash/plain_rate.py), over the
+        """Plain-decoding speed measured on this machine (specdash/monitor/plain_rate.py), over the
         last `plain_steps` steps that ran at K=0 without a draft."""
         return self._plain.tokens_per_s()
 

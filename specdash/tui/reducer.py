@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from specdash.events import (
+from specdash.contract.events import (
     CountersEvent,
     Event,
     HealthEvent,
@@ -32,8 +32,8 @@ from specdash.events import (
     Summary,
     TelemetryEvent,
 )
-from specdash.health import is_alarm
-from specdash.requests import RequestLog
+from specdash.monitor.health import is_alarm
+from specdash.monitor.request_rows import RequestLog
 from specdash.tui.live_stats import LiveStats
 
 # Source lifecycle states the status line knows.
@@ -64,7 +64,7 @@ class DashState:
     server: ServerEvent | None = None
     notices: deque[NoticeEvent] = field(default_factory=lambda: deque(maxlen=50))
     replay: ReplayEvent | None = None  # where a replay stands
-    health: HealthEvent | None = None  # the source's speculation health (specdash/health.py)
+    health: HealthEvent | None = None  # the source's speculation health (specdash/monitor/health.py)
     requests: RequestLog = field(default_factory=RequestLog)  # one row per finished request
     queue: QueueEvent | None = None  # a server's requests, running and waiting (specdash serve)
     _judged: str = "unknown"  # the last verdict that was not "unknown" (chart markers)

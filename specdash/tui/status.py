@@ -5,7 +5,7 @@ last step: "qwen2.5-coder-1.5b ← auto·lookup" ("model" for the draft model, "
 a step without a draft); short of room, the source alone ("← lookup").
 
 What an operator watches (K, tok/s, acceptance) never gives way, nor does a health alarm
-(`⚠ collapse`: specdash/health.py) until the last, most compact form. "healthy" is the
+(`⚠ collapse`: specdash/monitor/health.py) until the last, most compact form. "healthy" is the
 first part to give way as the terminal narrows; then the rest, in this order: weight repacking where it is not on (the help
 screen says why), a recurrent target's rollback strategy, the
 content class, the experts and the temperature, the model names (shortened, then dropped), the state's word (its icon
@@ -23,7 +23,7 @@ from rich.markup import escape
 from textual.app import RenderResult
 from textual.widgets import Static
 
-from specdash.health import is_alarm
+from specdash.monitor.health import is_alarm
 from specdash.tui.reducer import DashState
 
 STATE_LABELS = {

@@ -16,7 +16,7 @@ from pathlib import Path
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 _COLOR_KEYS = ("primary", "secondary", "warning", "error", "success", "accent",
                "foreground", "background", "surface", "panel", "boost")

@@ -1,7 +1,7 @@
 """textual-serve's server with the guard in front (guard.py).
 
 textual-serve (aiohttp, no internet needed) serves the page, its script and a websocket per
-tab, and starts `command` for each websocket: here `python -m specdash.web.child`, which
+tab, and starts `command` for each websocket: here `python -m specdash.web_tab`, which
 runs `specdash attach` (child.py). What this subclass changes:
 - every request passes the guard first (Host, Origin, key);
 - the page's websocket address is built from the request's own Host, so an SSH tunnel on
@@ -32,7 +32,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def child_command() -> str:
     # -P: not the working folder first on the import path (a stray module there would be
     # imported by every tab).
-    return f"{shlex.quote(sys.executable)} -P -m specdash.web.child"
+    return f"{shlex.quote(sys.executable)} -P -m specdash.web_tab"
 
 
 class WebServer(Server):

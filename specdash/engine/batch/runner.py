@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from specdash import events as E
+from specdash.contract import events as E
 from specdash.engine import step_rules as rules
 from specdash.engine.batch.costs import BatchCosts
 from specdash.engine.batch.plan import Choice, Offer, plan
@@ -37,8 +37,8 @@ from specdash.engine.drafters.base import Draft
 from specdash.engine.drafters.suffix import SuffixHistory
 from specdash.engine.engine import Engine, Run, RunOptions, commit_run, summarize
 from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
-from specdash.errors import SpecdashError
-from specdash.events import Event, PrefillEvent, StepEvent
+from specdash.contract.errors import SpecdashError
+from specdash.contract.events import Event, PrefillEvent, StepEvent
 
 
 class BatchRunner:

@@ -20,7 +20,7 @@ from specdash.engine.drafters.base import Drafter, NoDrafter
 from specdash.engine.drafters.chain import ChainDrafter
 from specdash.engine.drafters.lookup import PromptLookupDrafter
 from specdash.engine.settings import EngineSettings
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 # The sources a draft model's drafts name: "draft", or "xvocab" through translation (a
 # draft model with another vocabulary, engine/drafters/translated.py).

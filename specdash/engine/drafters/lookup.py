@@ -13,7 +13,7 @@ import numpy as np
 
 from specdash.engine.drafters.base import Draft, Drafter
 from specdash.engine.settings import SamplingParams
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 # How many tokens at each end of the mirrored sequence are compared to decide that a
 # new `tokens` argument extends it. A full comparison would cost O(context) per step;

@@ -57,10 +57,10 @@ import numpy as np
 
 from specdash.engine.drafters.base import Draft, Drafter
 from specdash.engine.drafters.draft_model import JointCut, common_prefix
-from specdash.engine.llamalog import last_log_error
+from specdash.models.llamalog import last_log_error
 from specdash.engine.llm import LLM
 from specdash.engine.settings import SamplingParams
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 # llama.cpp's staging functions the driver needs (llama-ext.h), as llama_cpp_ext binds them.
 STAGING = ("llama_set_embeddings_nextn", "llama_get_embeddings_nextn", "llama_get_embeddings_nextn_ith",

@@ -32,7 +32,7 @@ import numpy as np
 from specdash.engine.drafters.base import Draft, Drafter
 from specdash.engine.drafters.lookup import TokenMirror
 from specdash.engine.settings import SamplingParams
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 _ANCHORS = (16, 8, 4, 2, 1)  # longest first: the first that hits bounds the best match
 

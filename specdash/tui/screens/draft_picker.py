@@ -26,7 +26,7 @@ from textual.worker import get_current_worker
 
 from specdash.engine.drafters import KINDS
 from specdash.sources.base import Preset
-from specdash.errors import SpecdashError
+from specdash.contract.errors import SpecdashError
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,8 +35,8 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widgets._data_table import ColumnKey, RowKey, SegmentLines
 
-from specdash.events import ServerEvent
-from specdash.health import SEVERITY, VERDICT_OF, VERDICTS, is_alarm
+from specdash.contract.events import ServerEvent
+from specdash.monitor.health import SEVERITY, VERDICT_OF, VERDICTS, is_alarm
 from specdash.tui.widgets.footer import KeyFooter
 
 

@@ -1,4 +1,4 @@
-"""`l`: the requests table. One row per request the source finished (specdash/requests.py:
+"""`l`: the requests table. One row per request the source finished (specdash/monitor/request_rows.py:
 the engine's prompts, a server's drive-mode prompts), newest last: when (since the source
 started), prompt tokens, generated, drafted, accepted, acceptance length, tok/s, drafter.
 The highlighted row's acceptance-length histogram is drawn under it: bar j = the request's
@@ -16,7 +16,7 @@ from textual.containers import Container
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from specdash.requests import RequestLog, RequestRow
+from specdash.monitor.request_rows import RequestLog, RequestRow
 from specdash.tui.widgets.footer import KeyFooter
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ sweep's restore commands and the engine goes back to the settings it had. `t` as
 temperatures to sweep at: then each temperature is its own series (colour, marker and a
 legend entry), and whatif's predicted points, greedy by nature, sit by the T=0 one.
 
-The screen only renders a specdash.sweep.Sweep and posts its keys as messages (Leave,
+The screen only renders a specdash.tuning.sweep.Sweep and posts its keys as messages (Leave,
 Apply, Save); the app feeds the sweep events and sends the commands it returns.
 """
 
@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
 
-from specdash.sweep import Point, Sweep
+from specdash.tuning.sweep import Point, Sweep
 from specdash.tui.widgets.footer import KeyFooter
 from specdash.tui.widgets.plots import LegendLocation, Plot, Series, nice_ceiling
 

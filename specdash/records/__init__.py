@@ -1,0 +1,1 @@
+"""What a run leaves behind: recordings, run files read back, two runs compared, exports."""
