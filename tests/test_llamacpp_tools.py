@@ -480,7 +480,7 @@ def test_sdist_headers_must_be_the_wheels(tmp_path: Path) -> None:
 def test_the_shim_cmakelists_ships_as_package_data() -> None:
     import specdash
 
-    text = (lt.importlib.resources.files("specdash") / lt.SHIM_CMAKELISTS).read_text(encoding="utf-8")
+    text = (lt.importlib.resources.files("specdash.tuning") / lt.SHIM_CMAKELISTS).read_text(encoding="utf-8")
     assert "add_custom_target(specdash-tools)" in text and "SPECDASH_WHEEL_LIBS" in text
     # every tool of the linked build has its subdirectory there
     for t, subdir in {"llama-server": "tools/server", "llama-completion": "tools/completion",
@@ -494,7 +494,7 @@ def test_the_shim_cmakelists_ships_as_package_data() -> None:
     pkg = Path(specdash.__file__).parent
     pyproject = tomllib.loads((pkg.parent / "pyproject.toml").read_text())
     globs = pyproject["tool"]["setuptools"]["package-data"]["specdash"]
-    assert any(pkg / lt.SHIM_CMAKELISTS in pkg.glob(g) for g in globs)
+    assert any(pkg / "tuning" / lt.SHIM_CMAKELISTS in pkg.glob(g) for g in globs)
 
 
 class _FakeSteps:
