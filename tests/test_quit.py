@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def copy_prompt(tmp_path: Path, chars: int = 3000) -> Path:
     """Qwen copies this code token for token, so prompt lookup always has 16 tokens to
     draft and every step verifies a batch of 17."""
-    code = (ROOT / "specdash" / "schedule.py").read_text(encoding="utf-8")[:chars]
+    code = (ROOT / "specdash" / "tuning" / "schedule.py").read_text(encoding="utf-8")[:chars]
     path = tmp_path / "prompt.txt"
     path.write_text("Repeat the following Python code exactly, character for character, with no comment "
                     f"of your own:\n\n{code}", encoding="utf-8")

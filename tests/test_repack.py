@@ -230,7 +230,7 @@ def test_each_mode_loads_and_decodes_a_verify_batch_where_the_probe_allows(pytes
 
     import numpy as np
 
-    from specdash.engine import llamalog
+    from specdash.models import llamalog
     from specdash.engine.llm import LLM
     from specdash.engine.repack_model import probe_model
 
