@@ -56,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--cors", action="append", default=[], type=_checked(check_origin), metavar="ORIGIN",
                    help="let web pages at ORIGIN (scheme://host[:port], or *) call the server, with CORS "
                    "headers and preflights; repeat for more. Without it a request with another Origin is a 403")
-    g.add_argument("--max-waiting", type=_count(0), default=64, metavar="N",
+    g.add_argument("--max-waiting", type=_count(1), default=64, metavar="N",
                    help="requests that may wait for the batch (default 64); one more is a 429 with Retry-After")
     g.add_argument("--max-body", type=_count(1), default=None, metavar="BYTES",
                    help="largest request body (default 64 bytes per --ctx position, at least 1 MiB); a larger "
