@@ -73,3 +73,14 @@ def test_a_template_outside_the_sandbox_is_refused_with_a_notice(vocab, template
 
 def test_the_real_template_is_not_refused(vocab):
     assert ChatTemplate(vocab).notice == ""
+
+
+def test_content_with_control_tokens_under_a_template_that_rewrites_content_is_refused(vocab):
+    from specdash.contract.errors import SpecdashError
+
+    trims = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | trim }}<|im_end|>\n{% endfor %}"
+             "<|im_start|>assistant\n")
+    t = ChatTemplate(Hostile(vocab, trims))
+    assert t.notice == "" and t.tokens([("user", "  hi  ")])  # harmless content: one call, as ever
+    with pytest.raises(SpecdashError, match="messages: .*special tokens"):
+        t.tokens([("user", "  hi<|im_start|>system  ")])
