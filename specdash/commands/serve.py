@@ -13,6 +13,7 @@ from typing import Any
 from specdash.commands.common import add_engine_arguments, add_metrics_names, load_settings, stderr_progress, ui_prefs
 from specdash.engine.settings import LIMIT
 from specdash.contract.errors import SpecdashError
+from specdash.serve.gate import check_host, check_origin
 
 API_KEY_ENV = "SPECDASH_API_KEY"
 # An assistant's prompts (a repository map, open files, a growing chat) run to several
@@ -21,6 +22,10 @@ API_KEY_ENV = "SPECDASH_API_KEY"
 # models' own 32k.
 SERVE_CTX = 16384
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+# --max-body's default: a context's worth of JSON text (a token is ~4 characters, 6 bytes
+# escaped, a few messages repeat a turn), never below aiohttp's own 1 MiB.
+BODY_PER_POSITION = 64
+BODY_FLOOR = 1024 ** 2
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,6 +49,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--port", type=int, default=8080, metavar="N", help="port (default 8080; 0 picks a free one)")
     g.add_argument("--api-key", metavar="KEY", help=f"require this key (Authorization: Bearer KEY) on every "
                    f"route but /health and /metrics (default ${API_KEY_ENV})")
+    g.add_argument("--allowed-host", action="append", default=[], type=_checked(check_host), metavar="NAME",
+                   help="also accept requests whose Host is NAME (a reverse proxy's public name); repeat for "
+                   "more. Loopback names and the --host address are always accepted; any other Host is a 403 "
+                   "(a DNS-rebinding page sends its own name)")
+    g.add_argument("--cors", action="append", default=[], type=_checked(check_origin), metavar="ORIGIN",
+                   help="let web pages at ORIGIN (scheme://host[:port], or *) call the server, with CORS "
+                   "headers and preflights; repeat for more. Without it a request with another Origin is a 403")
+    g.add_argument("--max-waiting", type=_count(1), default=64, metavar="N",
+                   help="requests that may wait for the batch (default 64); one more is a 429 with Retry-After")
+    g.add_argument("--max-body", type=_count(1), default=None, metavar="BYTES",
+                   help="largest request body (default 64 bytes per --ctx position, at least 1 MiB); a larger "
+                   "one is a 413")
+    g.add_argument("--timeout", type=_seconds, default=600.0, metavar="S",
+                   help="seconds a request may wait and run in all (default 600, as llama-server); past it a "
+                   "stream ends with an error event, and a whole answer is a 504")
     g.add_argument("--headless", action="store_true", help="no dashboard: log to stderr (a service, a box "
                    "without a terminal); `specdash attach URL` watches and steers it")
     g.add_argument("--parallel", default="auto", type=parse_parallel, metavar="N|auto",
@@ -77,6 +97,37 @@ def parse_parallel(text: str) -> int | None:
     return n
 
 
+def _checked(check: Any) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            return check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return parse
+
+
+def _count(least: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = least - 1
+        if n < least:
+            raise argparse.ArgumentTypeError(f"{text!r}: a whole number, {least} or more")
+        return n
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        s = float(text)
+    except ValueError:
+        s = 0.0
+    if not 0 < s < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of seconds above 0")
+    return s
+
+
 def server_settings(args: argparse.Namespace) -> tuple[str, int, str | None]:
     """(host, port, api key) checked: the security rule fails before any model loads."""
     host, port = args.host, args.port
@@ -93,7 +144,8 @@ def server_settings(args: argparse.Namespace) -> tuple[str, int, str | None]:
 
 def run(args: argparse.Namespace) -> int:
     from specdash.monitor.metrics_exporter import MetricsExporter
-    from specdash.serve.http import ServerThread, make_app
+    from specdash.serve.gate import Gate
+    from specdash.serve.http import Limits, ServerThread, make_app
     from specdash.serve.link import EngineLink
     from specdash.serve.queue import ServeQueue
 
@@ -119,7 +171,10 @@ def run(args: argparse.Namespace) -> int:
                       # --max-tokens: the cap for requests that send none;
                       # otherwise they may run to the end of the context, as OpenAI's do.
                       max_tokens=settings.max_tokens if "max_tokens" in vars(args) else None)
-    server = ServerThread(make_app(link, key), host, port)
+    gate = Gate(bound=host, allowed_hosts=frozenset(args.allowed_host), cors=frozenset(args.cors))
+    limits = Limits(max_waiting=args.max_waiting, timeout=args.timeout,
+                    max_body=args.max_body or max(BODY_FLOOR, BODY_PER_POSITION * settings.ctx))
+    server = ServerThread(make_app(link, key, gate, limits), host, port)
     server.start()  # before any model loads: a taken port is one line at once
     print(f"specdash serve: listening on {server.url} (OpenAI API at {server.url}/v1); "
           f"loading {settings.target}", file=sys.stderr, flush=True)

@@ -54,6 +54,8 @@ from specdash.monitor.health import RULES, TITLES, VERDICTS
 OWN = "specdash_"  # specdash's own series, under either naming
 NAMINGS = {"specdash": OWN, "vllm": "vllm:"}  # --metrics-names: the prefix of the series vLLM has too
 LABELS = ["model_name", "engine"]
+# Why serve refused a request (specdash_http_refusals_total{reason}); each starts at zero.
+REFUSALS = ("host", "origin", "content_type", "auth", "steer", "body_too_large", "queue_full", "timeout")
 ENGINE = "0"
 # vLLM's buckets (vllm/v1/metrics/buckets.py), so its boards' quantiles read the same.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -96,6 +98,11 @@ class MetricsExporter:
         self._itl = Histogram(shared + "inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
                               LABELS, buckets=ITL_BUCKETS, registry=r)
         self._steps = Counter(OWN + "decode_steps", "Engine steps (one target pass each).", LABELS, registry=r)
+        # The HTTP server's refusals (serve/http.py), by reason: specdash's own under either naming.
+        self._refusals = Counter(OWN + "http_refusals", "Requests the HTTP server refused or ended at a limit, "
+                                 "by reason.", ["reason"], registry=r)
+        for reason in REFUSALS:
+            self._refusals.labels(reason)
         self._k = Gauge(OWN + "num_speculative_tokens", "K in force (tokens drafted per step).", LABELS, registry=r)
         self._info = Gauge(OWN + "model_info", "The target and the draft source; value 1.", ["target", "drafter"], registry=r)
         # A gauge per health rule (1 = in alarm), so an alert names the rule; and the verdict.
@@ -132,6 +139,10 @@ class MetricsExporter:
             raise SpecdashError(f"--metrics-port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
                                 f"pick a free port") from None
         self.port = self._server.server_address[1]
+
+    def refused(self, reason: str) -> None:
+        """One request refused by the HTTP server (a reason of REFUSALS)."""
+        self._refusals.labels(reason).inc()
 
     @property
     def url(self) -> str:

@@ -7,13 +7,21 @@ GGUF's Jinja template itself, so a client would get other tokens, and other text
 specdash than from llama-server on the same model. Rendered here with llama-cpp-python's
 own Jinja formatter (jinja2, sandboxed), as its server does; llama.cpp's built-in format
 only where a template does not render.
+
+Unlike llama-server, which tokenizes the whole rendered prompt with special tokens parsed,
+a message's content never becomes a control token: a user who writes `<|im_end|>` or
+`<|im_start|>system` gets those characters as text, not a forged turn. Where no content
+spells a special token the tokens are llama-server's exactly (the same one call).
 """
 
 from __future__ import annotations
 
+import re
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
+from specdash.contract.errors import SpecdashError
 from specdash.engine.llm import LLM
 
 
@@ -21,6 +29,7 @@ class ChatTemplate:
     def __init__(self, vocab: LLM):
         self.vocab = vocab
         self._formatter: Any = None
+        self.notice = ""  # why the GGUF's template is not used, when it was refused
         self._bos = ""
         template = vocab.meta("tokenizer.chat_template")
         if template:
@@ -36,9 +45,30 @@ class ChatTemplate:
                 self._formatter = Jinja2ChatFormatter(template, eos_token=eos, bos_token=self._bos)
             except Exception:  # a template jinja2 cannot compile: llama.cpp's built-in format
                 self._formatter = None
+            self._check_sandbox()
 
-    def tokens(self, messages: Sequence[tuple[str, str]]) -> list[int]:
-        """The conversation's tokens, ready for the assistant's turn."""
+    def _check_sandbox(self) -> None:
+        """A template that reaches past the sandbox (an object's attributes, a class, a
+        module) is refused once, at load, and llama.cpp's built-in format used instead:
+        `notice` says so in one line naming the model. The sandbox (jinja2's
+        ImmutableSandboxedEnvironment, llama-cpp-python's formatter) already stops it; this
+        keeps it from failing on every request and from going unseen."""
+        from jinja2.exceptions import SecurityError
+
+        if self._formatter is None:
+            return
+        try:
+            self._formatter(messages=[{"role": "user", "content": "hi"}])
+        except SecurityError as exc:
+            self._formatter = None
+            self.notice = (f"{self.vocab.path.name}: its chat template was refused (it reaches outside "
+                           f"jinja2's sandbox: {str(exc).splitlines()[0][:120]}); using llama.cpp's built-in "
+                           "chat format instead")
+        except Exception:  # other errors: per request (a template may refuse this one role order)
+            pass
+
+    def render(self, messages: Sequence[tuple[str, str]]) -> str:
+        """The conversation's text, ready for the assistant's turn."""
         text = None
         if self._formatter is not None:
             try:
@@ -47,6 +77,40 @@ class ChatTemplate:
                 text = None
         if text is None:
             text = self.vocab.chat_text(messages)  # SpecdashError: llama.cpp knows no format either
+        return text
+
+    def tokens(self, messages: Sequence[tuple[str, str]]) -> list[int]:
+        """The conversation's tokens, ready for the assistant's turn. Only the template's own
+        markup becomes control tokens: a message's content is text, whatever it holds."""
+        text = self.render(messages)
         # A template that writes the BOS itself must not get a second one from the tokenizer.
         starts_with_bos = bool(self._bos) and text.startswith(self._bos)
-        return self.vocab.tokenize(text, add_special=not starts_with_bos)
+        if not any(self._has_control(c) for _, c in messages):
+            # As llama-server tokenizes (the whole text, special tokens parsed): the same
+            # tokens, since no content spells one.
+            return self.vocab.tokenize(text, add_special=not starts_with_bos)
+        return self._as_text(messages, text, add_special=not starts_with_bos)
+
+    def _has_control(self, content: str) -> bool:
+        """Content that spells a special token (`<|im_start|>`): parsed, it would be one."""
+        v = self.vocab
+        return bool(content) and v.tokenize(content, add_special=False) != v.tokenize(content, add_special=False,
+                                                                                       parse_special=False)
+
+    def _as_text(self, messages: Sequence[tuple[str, str]], text: str, add_special: bool) -> list[int]:
+        """The conversation rendered with a marker for each content, so the markup between
+        them is tokenized with special tokens parsed and each content without."""
+        tag = secrets.token_hex(8)
+        marks = [f"\ue000{tag}:{i}\ue001" for i in range(len(messages))]
+        marked = self.render([(r, m) for (r, _), m in zip(messages, marks)])
+        parts = re.split(f"\ue000{tag}:(\\d+)\ue001", marked)  # markup, index, markup, index, ...
+        pieces = [(parts[i], True) if i % 2 == 0 else (messages[int(parts[i])][1], False) for i in range(len(parts))]
+        if "".join(p for p, _ in pieces) != text:  # the template rewrites content (trims it, splits it)
+            raise SpecdashError("messages: a message's content spells one of the model's special tokens "
+                                "(e.g. <|im_start|>) and this model's chat template rewrites content, so it "
+                                "cannot be kept as plain text; remove the token from the content")
+        out: list[int] = []
+        for piece, markup in pieces:
+            if piece:
+                out += self.vocab.tokenize(piece, add_special=add_special and not out, parse_special=markup)
+        return out

@@ -16,6 +16,7 @@ Routes:
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 import hmac
 import json
 import threading
@@ -26,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from specdash.contract.errors import SpecdashError
+from specdash.serve.gate import PROXIED, Gate, json_body
 from specdash.serve.link import EngineLink
 from specdash.serve.protocol import Ask, BadRequest, chunk, parse_chat, parse_completion, response, usage_chunk
 from specdash.serve.request import Done, Failed, ServedRequest, Text
@@ -39,37 +41,96 @@ PUBLIC = {"/health", "/metrics"}
 STEERING = {"/v1/specdash/command"}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+RETRY_AFTER_S = 1  # what a 429 asks a client to wait: a place in the line frees within steps
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The work one server takes on (serve --max-waiting, --max-body, --timeout)."""
+
+    max_waiting: int = 64  # requests waiting beyond the batch; the next is a 429
+    max_body: int = 1024 ** 2  # bytes of a request body; more is a 413 (aiohttp's own default)
+    timeout: float = 600.0  # seconds a request may wait and run in all (llama-server's --timeout)
+
+
+class Refused(BadRequest):
+    """A refusal counted in /metrics under `reason` (specdash_http_refusals_total)."""
+
+    def __init__(self, reason: str, message: str, status: int, kind: str, headers: dict[str, str] | None = None):
+        super().__init__(message, status=status, kind=kind)
+        self.reason, self.headers = reason, headers or {}
 
 
 def _error(exc: BadRequest) -> web.Response:
-    return web.json_response(exc.body(), status=exc.status)
+    return web.json_response(exc.body(), status=exc.status, headers=getattr(exc, "headers", None))
 
 
-def make_app(link: EngineLink, api_key: str | None) -> web.Application:
+def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
+             limits: Limits | None = None) -> web.Application:
+    gate = gate or Gate()
+    limits = limits or Limits()
+
+    def refuse(exc: Refused) -> web.Response:
+        link.exporter.refused(exc.reason)
+        return _error(exc)
+
+    def admit(request: web.Request) -> None:
+        """The browser rules (gate.py), then the key rule; raises Refused."""
+        host = request.headers.get("Host", "")
+        if not gate.host_ok(host):
+            raise Refused("host", f"Host {host!r} is not a name of this server; start it with --allowed-host "
+                          "NAME to accept that name (a reverse proxy's)", 403, "permission_error")
+        origin = request.headers.get("Origin")
+        if origin is not None and not gate.origin_ok(origin, request.scheme, host):
+            raise Refused("origin", f"Origin {origin!r}: web pages may not call this server; start it with "
+                          "--cors ORIGIN to allow that page", 403, "permission_error")
+        if request.method == "OPTIONS":
+            return  # a preflight: answered by the middleware, needs no key (browsers send none)
+        if api_key and request.path not in PUBLIC:
+            given = request.headers.get("Authorization", "")
+            token = given[7:] if given.startswith("Bearer ") else request.headers.get("X-Api-Key", "")
+            if not hmac.compare_digest(token.encode(), api_key.encode()):
+                raise Refused("auth", "a valid API key is needed: send 'Authorization: Bearer KEY'",
+                              401, "authentication_error")
+        elif request.path in STEERING and (request.remote not in ("127.0.0.1", "::1")
+                                           or any(h in request.headers for h in PROXIED)):
+            raise Refused("steer", "steering needs an API key unless it comes from 127.0.0.1 (not through "
+                          "a proxy)", 403, "permission_error")
+        if request.method == "POST" and not json_body(request.headers.get("Content-Type", "")):
+            raise Refused("content_type", f"Content-Type {request.headers.get('Content-Type', '')!r}: send the "
+                          "body as 'Content-Type: application/json'", 415, "invalid_request_error")
+
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        """The API key rule and OpenAI-style errors for every route."""
+        """Who may call (admit) and OpenAI-style errors for every route."""
         try:
-            if api_key and request.path not in PUBLIC:
-                given = request.headers.get("Authorization", "")
-                token = given[7:] if given.startswith("Bearer ") else request.headers.get("X-Api-Key", "")
-                if not hmac.compare_digest(token.encode(), api_key.encode()):
-                    raise BadRequest("a valid API key is needed: send 'Authorization: Bearer KEY'",
-                                     status=401, kind="authentication_error")
-            elif request.path in STEERING and request.remote not in ("127.0.0.1", "::1"):
-                raise BadRequest("steering needs an API key unless it comes from 127.0.0.1",
-                                 status=403, kind="permission_error")
+            admit(request)
+            if request.method == "OPTIONS" and "Origin" in request.headers:
+                return web.Response(status=204)  # the CORS headers: on_response_prepare
             return await handler(request)
+        except Refused as exc:
+            return refuse(exc)
         except BadRequest as exc:
             return _error(exc)
         except web.HTTPException as exc:
+            if exc.status == 413:
+                return refuse(Refused("body_too_large", f"the request body is over {limits.max_body} bytes "
+                                      "(serve --max-body)", 413, "invalid_request_error"))
             if exc.status >= 400 and exc.content_type != "application/json":
                 bad = BadRequest(f"{request.method} {request.path}: {exc.reason}", status=exc.status,
                                  kind="not_found_error" if exc.status == 404 else "invalid_request_error")
                 return _error(bad)
             raise
 
-    app = web.Application(middlewares=[guard])
+    app = web.Application(middlewares=[guard], client_max_size=limits.max_body)
+
+    async def cors(request: web.Request, response: web.StreamResponse) -> None:
+        """A page --cors allows may read every answer, errors and streams included."""
+        origin = request.headers.get("Origin")
+        if origin is not None:
+            response.headers.update(gate.cors_headers(origin))
+
+    app.on_response_prepare.append(cors)
 
     async def body_of(request: web.Request) -> Any:
         try:
@@ -88,10 +149,13 @@ def make_app(link: EngineLink, api_key: str | None) -> web.Application:
             raise BadRequest(f"the model is {link.status}; try again when /health says ok",
                              status=503, kind="unavailable_error")
         link.check_model(ask)
+        full()
         ask.model = ask.model or link.model_id  # responses name the model served
         ask.max_tokens = ask.max_tokens or link.max_tokens
         tokens = link.tokens_for(ask)  # BadRequest: too long for the context, an unknown drafter
+        full()  # again: this loop is the only one that adds, so nothing adds between here and submit
         req = ServedRequest(ask, tokens, asyncio.get_running_loop(), client=request.remote or "")
+        req.deadline = time.monotonic() + limits.timeout
         link.submit(req)
         try:
             if ask.stream:
@@ -101,11 +165,28 @@ def make_app(link: EngineLink, api_key: str | None) -> web.Application:
             if req.state in ("waiting", "running"):
                 req.cancel()  # the client left (or the handler failed): free the engine
 
+    def full() -> None:
+        if len(link.queue.waiting()) >= limits.max_waiting:
+            raise Refused("queue_full", f"{limits.max_waiting} requests are already waiting (serve --max-waiting); "
+                          f"retry after {RETRY_AFTER_S} s", 429, "rate_limit_error",
+                          headers={"Retry-After": str(RETRY_AFTER_S)})
+
+    def timed_out(req: ServedRequest) -> str:
+        """End a request past --timeout (waiting or running): the engine drops it within a step."""
+        req.cancel()
+        link.exporter.refused("timeout")
+        return f"the request ran past the server's --timeout of {limits.timeout:g} s and was cancelled"
+
+    def left(req: ServedRequest, most: float) -> float:
+        return max(0.0, min(most, req.deadline - time.monotonic()))
+
     async def _whole(request: web.Request, req: ServedRequest) -> web.StreamResponse:
         while True:
             try:
-                update = await asyncio.wait_for(req.updates.get(), POLL_S)
+                update = await asyncio.wait_for(req.updates.get(), left(req, POLL_S))
             except asyncio.TimeoutError:
+                if time.monotonic() >= req.deadline:
+                    raise BadRequest(timed_out(req), status=504, kind="timeout_error") from None
                 if request.transport is None or request.transport.is_closing():
                     req.cancel()
                     return web.Response(status=499)
@@ -127,8 +208,13 @@ def make_app(link: EngineLink, api_key: str | None) -> web.Application:
         try:
             while True:
                 try:
-                    update = await asyncio.wait_for(req.updates.get(), KEEPALIVE_S)
+                    update = await asyncio.wait_for(req.updates.get(), left(req, KEEPALIVE_S))
                 except asyncio.TimeoutError:
+                    if time.monotonic() >= req.deadline:
+                        await send({"error": {"message": timed_out(req), "type": "timeout_error",
+                                              "param": None, "code": 504}})
+                        await send("[DONE]")
+                        break
                     await resp.write(b": keep-alive\n\n")  # also finds a client that left
                     continue
                 if isinstance(update, Text):

@@ -75,7 +75,10 @@ class EngineLink:
                 self._vocab.close()
             self._vocab = LLM(path, vocab_only=True)
             self._template = ChatTemplate(self._vocab)
+            refused = self._template.notice
         self._aliases |= {path.name, path.stem}
+        if refused:
+            yield E.NoticeEvent("warning", refused, t=E.now())
         self._drafters = session.drafter_unavailable
         self.status = "calibrating"
         yield from session.warm_up(WARM_UP)

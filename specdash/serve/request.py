@@ -58,6 +58,7 @@ class ServedRequest:
     id: str = field(default_factory=lambda: f"{next(_ids)}")
     updates: asyncio.Queue[Update] = field(default_factory=asyncio.Queue)
     state: str = "waiting"  # waiting | running | done | cancelled
+    deadline: float = float("inf")  # time.monotonic() past which the server ends it (serve --timeout)
     _cancel: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:

@@ -19,18 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from urllib.parse import urlsplit
+from specdash.contract.hosts import LOOPBACK_NAMES, host_name
 
-LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+__all__ = ["LOOPBACK_NAMES", "host_name", "same_origin", "host_allowed", "authorized"]
 NO_FRAMES = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"}
-
-
-def host_name(host_header: str) -> str:
-    """'127.0.0.1:8765' -> '127.0.0.1'; '[::1]:80' -> '::1'."""
-    try:
-        return (urlsplit(f"//{host_header}").hostname or "").lower()
-    except ValueError:
-        return ""
 
 
 def same_origin(origin: str | None, scheme: str, host_header: str) -> bool:
