@@ -27,7 +27,8 @@ from aiohttp import web
 
 from specdash.contract.errors import SpecdashError
 from specdash.serve.link import EngineLink
-from specdash.serve.protocol import Ask, BadRequest, chunk, parse_chat, parse_completion, response, usage_chunk
+from specdash.serve.protocol import (Ask, BadRequest, chunk, finish_chunk, parse_chat, parse_completion, response,
+                                     usage_chunk)
 from specdash.serve.request import Done, Failed, ServedRequest, Text
 
 KEEPALIVE_S = 5.0  # an SSE comment while a streamed request waits in the queue
@@ -137,8 +138,7 @@ def make_app(link: EngineLink, api_key: str | None) -> web.Application:
                 elif isinstance(update, Done):
                     if first and ask.kind == "chat":
                         await send(chunk(ask, rid, created, None, first=True))
-                    await send(chunk(ask, rid, created, None if ask.kind == "chat" else "",
-                                     update.outcome.finish_reason))
+                    await send(finish_chunk(ask, rid, created, update.outcome))
                     if ask.include_usage:
                         await send(usage_chunk(ask, rid, created, update.outcome))
                     await send("[DONE]")
