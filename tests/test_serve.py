@@ -325,6 +325,44 @@ def test_steering_over_http_changes_k_from_this_machine(server, client):
     _post(url, "/v1/specdash/command", {"command": "k=4"})
 
 
+def test_steering_takes_only_what_props_lists_each_in_range(server, client, small_draft):
+    """Issue 56 (H2): the route obeys the commands /props lists and nothing else of the
+    schedule vocabulary (pause would freeze every client, stop cut answers short, experts=
+    reload the target); draft= only a kind or a model already loaded (never a file read, a
+    fetch); each value in its range. The server serves on after every refusal."""
+    url = server[0]
+    listed = httpx.get(url + "/props", timeout=10).json()["specdash"]["commands"]
+    assert listed == ["k", "draft", "temp", "adaptive"]
+    for text in ("pause", "resume", "stop", "forget", "experts=2", "cut=0.5", "pause=2s", "seek=10"):
+        r = _post(url, "/v1/specdash/command", {"command": text})
+        assert r.status_code == 403, (text, r.text)
+        error = r.json()["error"]
+        assert error["type"] == "permission_error" and error["param"] == "command", error
+        assert repr(text) in error["message"] and all(f"{w}=" in error["message"] for w in listed), error
+    for text in ("draft=/etc/hostname", "draft=smollm2-360m", "draft=[/]"):
+        r = _post(url, "/v1/specdash/command", {"command": text})
+        assert r.status_code == 403 and "loaded" in r.json()["error"]["message"], (text, r.text)
+    for text, why in (("k=65", "0..64"), ("k=-1", "0..64"), ("temp=9", "0..5"), ("temp=nan", "0..5")):
+        r = _post(url, "/v1/specdash/command", {"command": text})
+        assert r.status_code == 400 and why in r.json()["error"]["message"], (text, r.text)
+    props = httpx.get(url + "/props", timeout=10).json()["default_generation_settings"]
+    assert props["speculative"]["k"] == 4 and props["params"]["temperature"] == 0.0
+    # Not paused, not stopped: a request still runs to its length.
+    ok = client.completions.create(model="smollm2-135m", prompt="1, 2, 3,", temperature=0, max_tokens=6)
+    assert ok.usage.completion_tokens == 6 and ok.choices[0].finish_reason == "length"
+    # A kind, then the draft model this server loaded: both taken.
+    def drafter() -> str:
+        return httpx.get(url + "/props", timeout=10).json()["default_generation_settings"]["speculative"]["drafter"]
+
+    for text, done in (("draft=lookup", lambda d: d == "lookup"), (f"draft={small_draft}", lambda d: d != "lookup")):
+        r = _post(url, "/v1/specdash/command", {"command": text})
+        assert r.status_code == 200 and r.json()["sent"] == text, r.text
+        deadline = time.monotonic() + 10
+        while not done(drafter()):
+            assert time.monotonic() < deadline, (text, drafter())
+            time.sleep(0.1)
+
+
 def test_the_api_key_rule(tmp_path):
     # Beyond 127.0.0.1 without a key: refused before any model loads, one line, exit 2.
     r = subprocess.run([sys.executable, "-m", "specdash", "serve", "--headless", "--host", "0.0.0.0"],

@@ -29,7 +29,8 @@ from aiohttp import web
 from specdash.contract.errors import SpecdashError
 from specdash.serve.gate import PROXIED, Gate, json_body
 from specdash.serve.link import EngineLink
-from specdash.serve.protocol import Ask, BadRequest, chunk, parse_chat, parse_completion, response, usage_chunk
+from specdash.serve.protocol import (Ask, BadRequest, chunk, finish_chunk, parse_chat, parse_completion, response,
+                                     usage_chunk)
 from specdash.serve.request import Done, Failed, ServedRequest, Text
 
 KEEPALIVE_S = 5.0  # an SSE comment while a streamed request waits in the queue
@@ -223,8 +224,7 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
                 elif isinstance(update, Done):
                     if first and ask.kind == "chat":
                         await send(chunk(ask, rid, created, None, first=True))
-                    await send(chunk(ask, rid, created, None if ask.kind == "chat" else "",
-                                     update.outcome.finish_reason))
+                    await send(finish_chunk(ask, rid, created, update.outcome))
                     if ask.include_usage:
                         await send(usage_chunk(ask, rid, created, update.outcome))
                     await send("[DONE]")

@@ -21,6 +21,7 @@ from specdash.contract.vocabulary import parse_command
 from specdash.contract.events import ContractError
 from specdash.engine.batch.costs import paying_width
 from specdash.engine.llm import LLM
+from specdash.engine.settings import LIMIT
 from specdash.contract.errors import SpecdashError
 from specdash.monitor.metrics_exporter import MetricsExporter
 from specdash.serve.chat_template import ChatTemplate
@@ -28,10 +29,23 @@ from specdash.serve.protocol import Ask, BadRequest
 from specdash.serve.queue import ServeQueue
 from specdash.serve.request import ServedRequest
 
-# What the steering route takes (attach's keys): the dashboard's own commands.
+# What the steering route takes (attach's keys), and all it takes: the rest of the schedule
+# vocabulary (pause, stop, experts=, cut=, forget) would freeze, cut short or reload the
+# engine for every client, so any holder of an inference key would hold an admin key.
 STEERABLE = ("k", "draft", "temp", "adaptive")
+# Each value's range, checked before it is sent: a refusal here is the client's 400, not a
+# notice on the operator's screen.
+STEER_SYNTAX = (f"k=N ({LIMIT['k'].allowed}), draft=KIND or a loaded draft model, "
+                f"temp=T ({LIMIT['temperature'].allowed}), adaptive=on|off")
 # A short chat turn whose rows calibrate adaptive K before /health says ok.
 WARM_UP = "Write a Python function that returns the sum of a list of numbers."
+
+
+def _in_range(name: str, value: object, said: str) -> None:
+    try:
+        LIMIT[name].coerce(value)
+    except ValueError:
+        raise SpecdashError(f"{said}: {name} must be {LIMIT[name].allowed}") from None
 
 
 class EngineLink:
@@ -54,6 +68,7 @@ class EngineLink:
         self._template: ChatTemplate | None = None
         self._vocab_lock = threading.Lock()  # llama.cpp's tokenizer is not documented thread-safe
         self._drafters: Callable[[str], str | None] = lambda spec: None
+        self._steer_draft: Callable[[str], str | None] = lambda spec: "the model is still loading"
         self._settings: E.SettingsEvent | None = None
         self.parallel = parallel
         self.width = parallel or 1  # what the session runs at once, once decided (on_session)
@@ -80,6 +95,7 @@ class EngineLink:
         if refused:
             yield E.NoticeEvent("warning", refused, t=E.now())
         self._drafters = session.drafter_unavailable
+        self._steer_draft = session.steer_unavailable
         self.status = "calibrating"
         yield from session.warm_up(WARM_UP)
         yield from self._choose_width(session)
@@ -159,12 +175,23 @@ class EngineLink:
         sent as the dashboard sends it; what was sent."""
         if self._send is None:
             raise SpecdashError("this server takes no commands")
+        word = text.strip().partition("=")[0].strip().lower()
+        if word not in STEERABLE:
+            raise BadRequest(f"{text.strip()!r} is not steerable over HTTP; this server takes {STEER_SYNTAX}",
+                             "command", status=403, kind="permission_error")
         try:
-            cmd, pause = parse_command(text)
+            cmd, _ = parse_command(text)
         except ContractError as exc:
             raise SpecdashError(str(exc)) from None
-        if pause:
-            raise SpecdashError(f"{text!r}: a timed pause cannot be sent over HTTP; send pause, then resume")
+        match cmd:
+            case E.SetK(k):
+                _in_range("k", k, cmd.text())
+            case E.SetSampling(temperature=t) if t is not None:
+                _in_range("temperature", t, cmd.text())
+            case E.SetDrafter(spec):
+                why = self._steer_draft(spec)
+                if why:
+                    raise BadRequest(why, "command", status=403, kind="permission_error")
         self._send(cmd)
         return cmd.text()
 

@@ -222,12 +222,17 @@ class Outcome:
 
     n_prompt: int = 0
     n_generated: int = 0
-    finish_reason: str = "stop"  # stop | length
+    finish_reason: str = "stop"  # stop | length | abort (cut short: `error` says why)
+    error: str = ""  # why an aborted answer ended, for the client (request.FINISH)
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
     draft_n: int = 0
     draft_n_accepted: int = 0
     cached: int = 0  # prompt tokens reused from the previous request's rows
+
+    def error_body(self) -> dict[str, Any]:
+        """OpenAI's error object for an answer cut short (readable beside its text)."""
+        return {"message": self.error, "type": "server_error", "param": None, "code": "aborted"}
 
     def usage(self) -> dict[str, Any]:
         return {"prompt_tokens": self.n_prompt, "completion_tokens": self.n_generated,
@@ -264,6 +269,17 @@ def response(ask: Ask, rid: str, text: str, out: Outcome, tokens: list[int] | No
             "usage": out.usage(), "timings": out.timings()}
     if ask.return_tokens:
         body["tokens"] = list(tokens or [])
+    if out.error:
+        body["error"] = out.error_body()
+    return body
+
+
+def finish_chunk(ask: Ask, rid: str, created: int, out: Outcome) -> dict[str, Any]:
+    """The streamed chunk with the finish reason; an answer cut short carries its error too
+    (the openai SDK raises it: the client cannot take the cut text for a whole answer)."""
+    body = chunk(ask, rid, created, None if ask.kind == "chat" else "", out.finish_reason)
+    if out.error:
+        body["error"] = out.error_body()
     return body
 
 

@@ -27,6 +27,10 @@ _ids = itertools.count(1)
 
 # What the engine's stop reasons are to a client (OpenAI's finish_reason).
 FINISH = {"eos": "stop", "stop": "stop", "max_tokens": "length", "context": "length"}
+# Any other reason ended the answer before it was done (the engine's `stopped`: a Stop
+# command, the operator's; `cancelled`: its client left): never reported as a normal stop,
+# but as vLLM's `abort` with an error a client can read, saying the text is cut short.
+ABORTED = "abort"
 
 
 @dataclass(slots=True)
@@ -120,7 +124,10 @@ class ServedRequest:
                 self._send(self._stops.flush())
                 o = self.outcome
                 o.n_generated = ev.n_generated
-                o.finish_reason = FINISH.get(ev.stop_reason, "stop")
+                o.finish_reason = FINISH.get(ev.stop_reason, ABORTED)
+                if o.finish_reason == ABORTED:
+                    by = "stopped by the server's operator" if ev.stop_reason == "stopped" else ev.stop_reason
+                    o.error = f"the answer was cut short ({by}) after {ev.n_generated} tokens"
                 o.decode_ms = ev.decode_s * 1e3
                 o.draft_n, o.draft_n_accepted = ev.num_draft_tokens, ev.num_accepted_tokens
                 self.state = "done"

@@ -414,6 +414,25 @@ class Session:
             return self.mtp_unavailable()
         return None
 
+    def steer_unavailable(self, spec: str) -> str | None:
+        """Why a steering client (serve's /v1/specdash/command) may not switch the drafter
+        to `spec` (one line), or None. Only a kind whose models are already loaded, or a
+        draft model this session has loaded: a client's word never makes the server read a
+        file, fetch a model or stall the queue behind a load."""
+        loaded = set(self._draft_models) | {str(d.llm.path) for d in self._draft_models.values()}
+        if spec in KINDS:
+            if spec == "mtp":
+                return self.mtp_unavailable()
+            model = self.chain_model_spec() if KINDS[spec].uses_model else None
+            if model not in (None, "mtp") and model not in loaded:
+                return f"draft={spec} would load {model}, which this server has not loaded"
+            return None
+        if spec in loaded:
+            return None
+        names = ", ".join(sorted(self._draft_models)) or "none"
+        return (f"draft={spec}: steering takes a drafter kind ({', '.join(KINDS)}) or a draft model this "
+                f"server has loaded ({names}), never another file or model")
+
     def calibrate(self, text: str) -> Iterator[Event]:
         """Time every batch size on `text` now, whatever is kept, and keep it."""
         yield from self.engine.calibrate(self.prompt_tokens(text))
