@@ -504,8 +504,7 @@ def run_schedule(session: Session, reference: Reference, pair: Pair, schedule: F
         if isinstance(ev, E.SettingsEvent):
             said.append(ev.command)
         elif isinstance(ev, E.NoticeEvent) and ev.level != "info":
-            said.append(ev.message.split(" refused", 1)[0] + " refused" if " refused" in ev.message
-                        else f"unexpected {ev.level}: {ev.message}")
+            said.append(f"{ev.refused} refused" if ev.refused else f"unexpected {ev.level}: {ev.message}")
     resumes = said.count("resume")
     said = [s for s in said if s != "resume"]
     # Sent after the last step (the tail of `sent`) or never sent: not applied in this run.

@@ -81,6 +81,7 @@ def test_refused_in_a_schedule_and_the_run_is_unchanged(smol_path, gemma_path, t
     assert [ev.level for _, ev in notices] == ["warning"] * len(cases)
     for (cmd, why), (i, ev) in zip(cases, notices):
         assert ev.message.startswith(f"{cmd} refused: ") and why in ev.message, ev.message
+        assert ev.refused == cmd  # the refusal as data: what the dashboard and fuzz read
         assert any(isinstance(later, E.StepEvent) for later in events[i + 1:]), f"no step after {cmd}"
     # No settings changed: the only snapshot is the one at the start.
     assert [ev.command for ev in events if isinstance(ev, E.SettingsEvent)] == [""]

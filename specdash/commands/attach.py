@@ -341,7 +341,7 @@ def drive(source: Any, prompts: list[tuple[str, str]], args: argparse.Namespace)
                     return 0
             if isinstance(ev, NoticeEvent) and ev.level == "error" and "prompt" in ev.message:
                 return 1
-            if isinstance(ev, NoticeEvent) and "prompt refused" in ev.message:
+            if isinstance(ev, NoticeEvent) and ev.refused == "prompt":
                 return 2
     finally:
         if recorder is not None:

@@ -212,6 +212,9 @@ class NoticeEvent:
     level: str  # "info" | "warning" | "error"
     message: str
     t: float = 0.0
+    # The command this notice refuses, as typed ("k=3"), so a reader acts on the refusal
+    # from data, never by parsing the message; "" when it refuses nothing.
+    refused: str = ""
     event: str = "notice"
 
 

@@ -84,6 +84,21 @@ class Run:
         default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
 
 
+def ends_now(run: Run, n_ctx: int, *, stopped: bool = False) -> str:
+    """Why `run` ends before its next step, or "" to go on: the one stop rule the lone
+    engine and the batch runner both apply, in this order (a full answer is full even
+    if a stop came with its last token)."""
+    if run.generated >= run.max_tokens:
+        return "max_tokens"
+    if stopped:
+        return "stopped"
+    if run.options.stop_when is not None and (why := run.options.stop_when()):
+        return why
+    if run.n_past + 1 >= n_ctx:
+        return "context"
+    return ""
+
+
 class Engine:
     def __init__(
         self,
@@ -237,10 +252,11 @@ class Engine:
                 case _:
                     raise SpecdashError(f"{cmd.text()} refused: the embedded engine does not do that")
         except SettingError as exc:
-            yield NoticeEvent("warning", f"{cmd.text()} refused: {exc.reason}; kept {self._kept(cmd)}", t=E.now())
+            yield NoticeEvent("warning", f"{cmd.text()} refused: {exc.reason}; kept {self._kept(cmd)}",
+                              t=E.now(), refused=cmd.text())
             return
         except SpecdashError as exc:
-            yield NoticeEvent("warning", self._refusal(cmd, str(exc)), t=E.now())
+            yield NoticeEvent("warning", self._refusal(cmd, str(exc)), t=E.now(), refused=cmd.text())
             return
         yield self.settings_event(cmd.text())
 
@@ -584,24 +600,16 @@ class Engine:
         yield from self._measure_costs(run)  # once per session, before the clock starts
         decode_start = time.perf_counter()
         while not run.stop_reason:
-            if run.generated >= max_tokens:
-                run.stop_reason = "max_tokens"
-                break
-            yield from self.drain()
-            if self._stop:
-                run.stop_reason = "stopped"
-                break
-            if options.stop_when is not None and (why := options.stop_when()):
-                run.stop_reason = why
+            if run.generated < max_tokens:  # a finished answer takes no more commands
+                yield from self.drain()
+            run.stop_reason = ends_now(run, self.target.n_ctx, stopped=self._stop)
+            if run.stop_reason:
                 break
             if self._needs_refeed:  # target reloaded (expert count): rebuild its KV
                 self.target.clear()
                 self.target.prefill(run.tokens[:-1])
                 self._needs_refeed = False
                 yield from self._rollback_notice()
-            if run.n_past + 1 >= self.target.n_ctx:
-                run.stop_reason = "context"
-                break
             if self.settings.adaptive:
                 yield from self._measure_costs(run)  # adaptive switched on mid-run
             yield self.step(run)

@@ -327,7 +327,7 @@ class RemoteSource:
         reason = (self._settings.unavailable.get(name) if self._settings else None) or \
             unavailable_controls(self.watch.backend or "llamacpp").get(name) or \
             f"a remote server cannot {cmd.text()!r} from here"
-        self._notice("warning", f"{cmd.text()} refused: {reason}")
+        self._refuse(cmd, f"{reason}")
 
     def _steerable(self) -> tuple[str, ...]:
         """The commands a `specdash serve` takes over HTTP (its /props says), else ()."""
@@ -341,7 +341,7 @@ class RemoteSource:
         try:
             self.client.post_json("/v1/specdash/command", {"command": cmd.text()}, timeout=10.0)
         except RemoteError as exc:
-            self._notice("warning", f"{cmd.text()} refused: {exc}")
+            self._refuse(cmd, f"{exc}")
             return
         self._notice("info", f"{cmd.text()} sent to {self.url}")
         self.watch.reread_props()
@@ -410,6 +410,10 @@ class RemoteSource:
 
     def _notice(self, level: str, message: str) -> None:
         self._put(E.NoticeEvent(level, self.client.redact(message), t=now()))
+
+    def _refuse(self, cmd: E.Command, why: str) -> None:
+        self._put(E.NoticeEvent("warning", self.client.redact(f"{cmd.text()} refused: {why}"), t=now(),
+                                refused=cmd.text()))
 
     def _on_poll(self, r: PollResult) -> None:
         try:
@@ -567,7 +571,7 @@ class RemoteSource:
         then a SettingsEvent whose `command` is this one."""
         w = self.watch
         if w.backend in ("vllm", "specdash"):
-            self._notice("warning", f"{cmd.text()} refused: {unavailable_controls(w.backend)['draft']}")
+            self._refuse(cmd, f"{unavailable_controls(w.backend)['draft']}")
             return
         try:
             # Probe before offering: only a router lists presets under /models.
@@ -576,12 +580,12 @@ class RemoteSource:
                     w.refresh_router()
                 router = w.router
                 if router is None or len(router.models) < 2:
-                    self._notice("warning", f"{cmd.text()} refused: {unavailable_controls('llamacpp')['draft']}")
+                    self._refuse(cmd, f"{unavailable_controls('llamacpp')['draft']}")
                     return
                 target = self._find_preset(cmd.spec)
                 if target is None:
                     names = ", ".join(str(m.get("id")) for m in router.models)
-                    self._notice("warning", f"{cmd.text()} refused: {self.url} has no preset {cmd.spec!r}; "
+                    self._refuse(cmd, f"{self.url} has no preset {cmd.spec!r}; "
                                  f"it offers {names}")
                     return
                 current = router.active
@@ -642,7 +646,7 @@ class RemoteSource:
         backend = self.watch.backend
         if (backend == "specdash" and not self._steerable()) or not backend:
             reason = unavailable_controls("specdash")["prompt"] if backend else f"{self.url} never answered"
-            self._notice("warning", f"prompt refused: {reason}")
+            self._refuse(cmd, reason)
             return
         self._put(E.PromptEvent(cmd.title or "prompt", cmd.text_, t=now()))
         before = self._metrics_counts()

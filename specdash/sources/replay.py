@@ -83,7 +83,8 @@ class ReplaySource:
                 case E.SetSpeed(speed):
                     if not SPEEDS[0] <= speed <= SPEEDS[-1]:
                         self._emit(E.NoticeEvent("warning", f"speed {speed:g}x refused: use "
-                                                 f"{SPEEDS[0]:g}x to {SPEEDS[-1]:g}x", t=E.now()))
+                                                 f"{SPEEDS[0]:g}x to {SPEEDS[-1]:g}x", t=E.now(),
+                                                 refused=cmd.text()))
                         return
                     self._speed = speed
                 case E.Seek(to, by):
@@ -99,7 +100,8 @@ class ReplaySource:
                 case _:
                     name = name_of(cmd)
                     why = _REFUSED.get(name, "a recording only plays, pauses, seeks and changes speed")
-                    self._emit(E.NoticeEvent("warning", f"{cmd.text()} refused: {why}", t=E.now()))
+                    self._emit(E.NoticeEvent("warning", f"{cmd.text()} refused: {why}", t=E.now(),
+                                             refused=cmd.text()))
                     return
         self._emit(self._position_event())
         self._wake.set()

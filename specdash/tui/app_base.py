@@ -369,8 +369,8 @@ class DashboardBase(App[int]):
                     self._k_request = None
                 case E.ReplayEvent(speed=speed) if speed == self._speed_request:
                     self._speed_request = None
-                case NoticeEvent(level=level, message=message):
-                    if message.startswith("k=") and " refused" in message.split(":", 1)[0]:
+                case NoticeEvent(level=level, message=message, refused=refused):
+                    if refused.startswith("k="):
                         # No settings will confirm it: the next + or - starts from the K in force.
                         self._k_request = None
                     severity = {"error": "error", "warning": "warning"}.get(level, "information")

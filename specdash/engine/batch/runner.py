@@ -35,7 +35,7 @@ from specdash.engine.controller_settings import ControllerSettings
 from specdash.engine.draft_pricing import CopyPricing, expected_tokens
 from specdash.engine.drafters.base import Draft
 from specdash.engine.drafters.suffix import SuffixHistory
-from specdash.engine.engine import Engine, Run, RunOptions, commit_run, summarize
+from specdash.engine.engine import Engine, Run, RunOptions, commit_run, ends_now, summarize
 from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
 from specdash.contract.errors import SpecdashError
 from specdash.contract.events import Event, PrefillEvent, StepEvent
@@ -237,14 +237,8 @@ class BatchRunner:
         target = self.engine.target
         for slot in self.slots.values():
             run = slot.run
-            if run.stop_reason:
-                continue
-            if run.generated >= run.max_tokens:
-                run.stop_reason = "max_tokens"
-            elif run.options.stop_when is not None and (why := run.options.stop_when()):
-                run.stop_reason = why
-            elif run.n_past + 1 >= target.n_ctx:
-                run.stop_reason = "context"
+            if not run.stop_reason:
+                run.stop_reason = ends_now(run, target.n_ctx)
 
     def _finish(self) -> Iterator[Event]:
         for seq, slot in list(self.slots.items()):
