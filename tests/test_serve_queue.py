@@ -34,7 +34,8 @@ class Session:
         self.gate = gate
         self.ran: list[str] = []
 
-    def run_request(self, req):
+    def run_request(self, tokens, max_tokens, options):
+        req = options.stop_when.__self__  # the ServedRequest whose check this is: it names the run
         if self.gate is not None:
             self.gate.wait(10)
         self.ran.append(req.ask.prompt)

@@ -24,7 +24,9 @@ from specdash.engine import step_rules as rules
 from specdash.engine.adaptive_draft import propose
 from specdash.engine.controller import KController
 from specdash.engine.detector import Detector
-from specdash.engine.drafters.base import Drafter, model_price
+from specdash.engine.drafters.base import Borrowed, Drafter, model_price
+from specdash.engine.drafters.draft_model import DraftModelDrafter
+from specdash.engine.drafters.lazy import LazyModel
 from specdash.engine.experts import expert_info, expert_key
 from specdash.engine.kept_costs import CostStore, KeptCosts, age_text
 from specdash.engine.llm import LLM
@@ -687,9 +689,11 @@ def _take_draft_rollback(drafter: Drafter) -> tuple[float, int]:
     asked last (its checkpoint and replay), summed over a chain's members."""
     ms, nbytes = 0.0, 0
     for part in drafter.parts():
-        take = getattr(getattr(part, "inner", part), "take_rollback", None)
-        if take is not None:
-            part_ms, part_bytes = take()
+        # A part may be the session's loan or a model loaded on first use: the model itself
+        # is inside. Only a draft model keeps state it must take back.
+        model = part.inner if isinstance(part, (Borrowed, LazyModel)) else part
+        if isinstance(model, DraftModelDrafter):
+            part_ms, part_bytes = model.take_rollback()
             ms, nbytes = ms + part_ms, nbytes + part_bytes
     return ms, nbytes
 

@@ -18,12 +18,13 @@ import itertools
 import threading
 import traceback
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from specdash.contract import events as E
 from specdash.engine import supports as engine_supports
+from specdash.engine.engine import RunOptions
 from specdash.engine.settings import EngineSettings
 from specdash.contract.errors import SpecdashError
 from specdash.contract.events import Event
@@ -69,12 +70,19 @@ class Served(Protocol):
         ...
 
 
+def request_options(req: Served) -> RunOptions:
+    """A served request's own options: its settings, seed and stop check, its drafter kind,
+    and the rows it shares with the previous request kept (a chat's next turn)."""
+    return RunOptions(overrides=req.overrides, seed=req.seed, stop_when=req.stop_reason, reuse_rows=True,
+                      drafter=req.drafter)
+
+
 class SessionLike(Protocol):
     """What the source needs of a session (specdash.sources.session.Session; tests pass fakes)."""
 
     def run(self, prompt: str, max_tokens: int | None = None) -> Iterator[Event]: ...
 
-    def run_request(self, req: Served) -> Iterator[Event]: ...
+    def run_request(self, tokens: Sequence[int], max_tokens: int | None, options: RunOptions) -> Iterator[Event]: ...
 
     def send(self, cmd: E.Command) -> None: ...
 
@@ -103,7 +111,8 @@ class BatchingSession(SessionLike, Protocol):
 
     def batch(self, width: int) -> Runner: ...
 
-    def admit_request(self, runner: Runner, req: Served, tag: str) -> Iterator[Event]: ...
+    def admit_request(self, runner: Runner, tokens: Sequence[int], max_tokens: int | None,
+                      options: RunOptions, tag: str) -> Iterator[Event]: ...
 
     def admit_prompt(self, runner: Runner, text: str, max_tokens: int | None, tag: str) -> Iterator[Event]: ...
 
@@ -307,11 +316,6 @@ class EmbeddedSource:
     def presets(self) -> list[Preset]:
         return []  # the draft picker lists models and drafter kinds instead
 
-    @property
-    def thread_id(self) -> int | None:
-        """Native id of the engine thread, for CPU accounting."""
-        return self.thread.native_id if self.thread is not None else None
-
     def new_prompt(self, item: WorkItem) -> None:
         """Queue `item`; a prompt being generated is abandoned so this one starts now (but
         on a server, where it waits its turn behind the requests)."""
@@ -396,7 +400,8 @@ class EmbeddedSource:
         self._emit(E.PromptEvent(item.title, item.text, t=E.now()))
         with self._lock:
             self._running = True
-        events = session.run(item.text, item.max_tokens) if request is None else session.run_request(request)
+        events = session.run(item.text, item.max_tokens) if request is None \
+            else session.run_request(request.tokens, request.max_tokens, request_options(request))
         try:
             for ev in events:
                 if isinstance(ev, E.SettingsEvent):
@@ -474,7 +479,7 @@ class EmbeddedSource:
         self._emit(E.PromptEvent(item.title, item.text, request=tag, t=E.now()))
         try:
             events = session.admit_prompt(runner, item.text, item.max_tokens, tag) if request is None \
-                else session.admit_request(runner, request, tag)
+                else session.admit_request(runner, request.tokens, request.max_tokens, request_options(request), tag)
             for ev in events:
                 self._batch_event(batch, ev)
         except SpecdashError as exc:  # one request's failure is its own, as one at a time

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from specdash.costs.store import ProfileStore
@@ -39,7 +40,6 @@ from specdash.models.fetch import FetchProgress
 from specdash.models.mtp_info import MtpHead, mtp_head
 from specdash.models.registry import DEFAULT_DRAFT, known_names, model_path
 from specdash.models.resolve import resolve_model
-from specdash.sources.embedded import Served
 
 Progress = Callable[[str, float | None], None]
 
@@ -355,10 +355,11 @@ class Session:
         tokens = self.prompt_tokens(prompt)
         yield from self.engine.generate(tokens, max_tokens or self.settings.max_tokens)
 
-    def run_request(self, req: Served) -> Iterator[Event]:
-        """A server's request: its tokens, with its own settings on top of the live ones,
-        rows it shares with the previous request kept (a chat's next turn)."""
-        yield from self.engine.generate(req.tokens, self._request_budget(req), self._request_options(req))
+    def run_request(self, tokens: Sequence[int], max_tokens: int | None, options: RunOptions) -> Iterator[Event]:
+        """A server's request: its tokens, with its own options on top of the live settings
+        (a drafter kind in `options.drafter` is this session's drafter of that kind);
+        without max_tokens, up to the context's end."""
+        yield from self.engine.generate(tokens, self._budget(tokens, max_tokens), self._resolved(options))
 
     def batch(self, width: int) -> BatchRunner:
         """A batch of up to `width` requests in one target batch per step (serve --parallel):
@@ -370,9 +371,10 @@ class Session:
             runner = self._runner = BatchRunner(self.engine, width, self._session_suffix().history)
         return runner
 
-    def admit_request(self, runner: BatchRunner, req: Served, tag: str) -> Iterator[Event]:
+    def admit_request(self, runner: BatchRunner, tokens: Sequence[int], max_tokens: int | None,
+                      options: RunOptions, tag: str) -> Iterator[Event]:
         """A server's request into `runner`'s batch, as run_request would run it alone."""
-        yield from runner.admit(req.tokens, self._request_budget(req), self._request_options(req), tag)
+        yield from runner.admit(tokens, self._budget(tokens, max_tokens), self._resolved(options), tag)
 
     def admit_prompt(self, runner: BatchRunner, text: str, max_tokens: int | None, tag: str) -> Iterator[Event]:
         """A prompt typed in a server's dashboard (`n`) into the batch, as run() takes it."""
@@ -389,12 +391,13 @@ class Session:
         widths = [w for w in (1, 2, 4, 8, 16) if w <= self._n_seq]
         return measure_widths(self.engine.target, self.prompt_tokens(text)[:-1], widths)
 
-    def _request_budget(self, req: Served) -> int:
-        return req.max_tokens or self.engine.target.n_ctx - len(req.tokens)
+    def _budget(self, tokens: Sequence[int], max_tokens: int | None) -> int:
+        return max_tokens or self.engine.target.n_ctx - len(tokens)
 
-    def _request_options(self, req: Served) -> RunOptions:
-        return RunOptions(overrides=req.overrides, seed=req.seed, stop_when=req.stop_reason, reuse_rows=True,
-                          drafter=self.request_drafter(req.drafter) if req.drafter else None)
+    def _resolved(self, options: RunOptions) -> RunOptions:
+        if not options.drafter:
+            return options
+        return dataclasses.replace(options, drafter=self.request_drafter(options.drafter))
 
     def request_drafter(self, kind: str) -> str:
         """The drafter spec a request's `speculative.types` asks for (protocol.SPEC_TYPES's

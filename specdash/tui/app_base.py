@@ -33,7 +33,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from specdash.contract import events as E
-from specdash.engine.settings import LIMIT, EngineSettings
+from specdash.engine.settings import EngineSettings
 from specdash.contract.errors import SpecdashError
 from specdash.contract.events import Event, NoticeEvent, StatusEvent, StepEvent
 from specdash.monitor.health import HealthThresholds
@@ -59,8 +59,6 @@ from specdash.tui.screens.help import HelpScreen
 from specdash.tui.status import StatusLine
 from specdash.tui.themes import VARIABLE_DEFAULTS, load_themes
 from specdash.tui.widgets.footer import KeyFooter
-
-TEMPERATURE = LIMIT["temperature"]
 
 # A source, given the settings to start from (None for a dashboard that has none: a
 # replay or a server brings its own) and the prompts to run.
@@ -227,10 +225,6 @@ class DashboardBase(App[int]):
     @property
     def prompt_title(self) -> str:
         return self.state.prompt_title
-
-    @property
-    def engine_events(self) -> int:
-        return self.state.events
 
     @property
     def engine_thread(self) -> threading.Thread | None:

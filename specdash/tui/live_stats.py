@@ -85,7 +85,6 @@ class LiveStats:
         self.last_step: StepEvent | None = None
         self.last_summary: Summary | None = None
         self.last_prefill: PrefillEvent | None = None
-        self.drafter = ""  # the configured drafter (settings), not the per-step source
         self.decode_time = 0.0  # seconds of decode time so far: the time charts' x axis
         # Hot-swaps, (decode time, short label): vertical markers on the time charts.
         self.markers: deque[tuple[float, str]] = deque(maxlen=200)

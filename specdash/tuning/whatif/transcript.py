@@ -9,7 +9,6 @@ draft on the true prefix), and one of the target gives the top-two gap everywher
 
 from __future__ import annotations
 
-import codecs
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -352,8 +351,3 @@ def attach_head(tr: Transcript, session: Any, depth: int, say: Say) -> None:
             return
     tr.head_why = why.removeprefix("mtp unavailable: ")
 
-
-def decode_pieces(pieces: Sequence[bytes]) -> list[str]:
-    """Text of each token as the engine shows it (incomplete UTF-8 waits for the rest)."""
-    dec = codecs.getincrementaldecoder("utf-8")("replace")
-    return [dec.decode(p) for p in pieces]
