@@ -13,6 +13,7 @@ from typing import Any
 from specdash.commands.common import add_engine_arguments, add_metrics_names, load_settings, stderr_progress, ui_prefs
 from specdash.engine.settings import LIMIT
 from specdash.contract.errors import SpecdashError
+from specdash.contract.hosts import LOOPBACK_NAMES
 from specdash.serve.gate import check_host, check_origin
 
 API_KEY_ENV = "SPECDASH_API_KEY"
@@ -21,7 +22,6 @@ API_KEY_ENV = "SPECDASH_API_KEY"
 # default 1.5B target (28 KB a token) plus ~200 MB for its draft. Below the Qwen2.5-Coder
 # models' own 32k.
 SERVE_CTX = 16384
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 # --max-body's default: a context's worth of JSON text (a token is ~4 characters, 6 bytes
 # escaped, a few messages repeat a turn), never below aiohttp's own 1 MiB.
 BODY_PER_POSITION = 64
@@ -136,7 +136,7 @@ def server_settings(args: argparse.Namespace) -> tuple[str, int, str | None]:
     key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
     if args.api_key is not None and not args.api_key.strip():
         raise SpecdashError("--api-key: the key is empty")
-    if host not in LOCAL_HOSTS and not key:
+    if host not in LOOPBACK_NAMES and not key:
         raise SpecdashError(f"--host {host}: serving beyond this machine needs an API key "
                             f"(--api-key KEY or ${API_KEY_ENV}); or keep the default --host 127.0.0.1")
     return host, port, key
@@ -256,12 +256,11 @@ def _dashboard(args: argparse.Namespace, config: Any, settings: Any, queue: Any,
 
     def source(launched: Any, prompts: Any) -> EmbeddedSource:
         made = EmbeddedSource(sessions(args), launched or settings, queue.adopt(prompts), on_session=link.on_session,
-                              health=config.health)
+                              health=config.health, listener=link.feed)
         sources.append(made)
         return made
 
     app = SpecdashApp(options, source_factory=source)
-    app.add_listener(link.feed)
     attach_outputs(app, args, config.ui.record_dir)
     sys.setswitchinterval(0.0005)  # as the dashboard: the engine thread gets the GIL back at once
     code = run_app(app, keymap, mouse)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import llama_cpp
 
+from specdash.contract.names import display_name
 from specdash.contract.errors import SpecdashError
 from specdash.models.fetch import ProgressCallback
 from specdash.models.gguf_header import check_gguf
@@ -66,7 +67,7 @@ def quant_ftype(quant: str) -> int:
 
 
 def default_draft_name(target: str, quant: str) -> str:
-    base = target if target in known_names() else Path(target).stem
+    base = display_name(target)
     return f"{base}-{quant.lower()}"
 
 

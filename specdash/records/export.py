@@ -27,8 +27,8 @@ which fixed K it wrote in a comment.
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
+from specdash.contract.names import display_name
 from specdash.engine.drafters import is_model
 from specdash.contract.errors import SpecdashError
 from specdash.contract.events import SettingsEvent
@@ -148,7 +148,7 @@ def preset_section(st: SettingsEvent, *, k: int | None = None, name: str | None 
 def preset_name(st: SettingsEvent, k: int | None = None) -> str:
     """`model@draft-k8` style names, as the dashboard's `d` picker lists router presets."""
     k = st.k if k is None else k
-    target = Path(st.target_path or st.target).stem
+    target = display_name(st.target_path or st.target)
     draft = st.draft or "none"
     if not k or draft == "none":
         return f"{target}@none"

@@ -27,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from specdash.contract.errors import SpecdashError
+from specdash.contract.hosts import is_loopback_address
 from specdash.serve.gate import PROXIED, Gate, json_body
 from specdash.serve.link import EngineLink
 from specdash.serve.protocol import (Ask, BadRequest, chunk, finish_chunk, parse_chat, parse_completion, response,
@@ -93,7 +94,7 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
             if not hmac.compare_digest(token.encode(), api_key.encode()):
                 raise Refused("auth", "a valid API key is needed: send 'Authorization: Bearer KEY'",
                               401, "authentication_error")
-        elif request.path in STEERING and (request.remote not in ("127.0.0.1", "::1")
+        elif request.path in STEERING and (not is_loopback_address(request.remote)
                                            or any(h in request.headers for h in PROXIED)):
             raise Refused("steer", "steering needs an API key unless it comes from 127.0.0.1 (not through "
                           "a proxy)", 403, "permission_error")

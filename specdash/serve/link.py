@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from specdash.contract.names import display_name
 from specdash.contract import events as E
 from specdash.contract.vocabulary import parse_command
 from specdash.contract.events import ContractError
@@ -62,7 +63,7 @@ class EngineLink:
         self.status = "loading"  # loading | calibrating | ok | error
         # What /v1/models lists and responses name: a registry name as given, a file by its stem.
         first = next(iter(aliases), "specdash")
-        self.model_id = Path(first).stem if first.endswith(".gguf") else first
+        self.model_id = display_name(first)
         self.started = time.time()
         self._vocab: LLM | None = None
         self._template: ChatTemplate | None = None

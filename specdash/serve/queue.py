@@ -12,11 +12,11 @@ screen, `num_requests_waiting`).
 from __future__ import annotations
 
 from specdash.serve.request import ServedRequest
-from specdash.sources.embedded import PromptQueue, WorkItem
+from specdash.sources.embedded import SERVER_TURNS, PromptQueue, WorkItem
 
 
 class ServeQueue(PromptQueue):
-    serving = True  # the source does not abandon a running prompt for a new one
+    turns = SERVER_TURNS  # each request waits its turn; the queue is reported and outlives a restart
 
     def submit(self, request: ServedRequest) -> None:
         self.push(WorkItem(request.title, request.text, request.max_tokens, request=request))

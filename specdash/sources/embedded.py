@@ -142,14 +142,30 @@ class Commands:
 COMMANDS = Commands()
 
 
+@dataclass(frozen=True, slots=True)
+class Turns:
+    """How a queue's prompts take their turns: decided once, by the queue's kind (the
+    dashboard's own, or a server's: serve/queue.py), and only read by the source."""
+
+    cut_in: bool  # a new prompt abandons the one running (else it waits its turn)
+    reported: bool  # the queue is shown and exported (QueueEvent)
+    kept_on_close: bool  # what waits when the source closes runs in the next (a restart)
+    batched: bool  # requests share one target batch when the session runs several
+    idle: str  # the status line while nothing waits
+
+
+DASHBOARD_TURNS = Turns(cut_in=True, reported=False, kept_on_close=False, batched=False,
+                        idle="Done. Press n for a new prompt.")
+SERVER_TURNS = Turns(cut_in=False, reported=True, kept_on_close=True, batched=True,
+                     idle="Waiting for requests (n queues one here).")
+
+
 class PromptQueue:
     """Prompts the operator typed, in order; then, if a workload is set, the workload
     cycling forever. Between prompts the engine thread waits here, so a command sent
     while it waits pokes it awake to apply that command."""
 
-    # A server's queue (serve/queue.py): a new prompt waits its turn instead of cutting
-    # off the one running, and the source reports the queue (QueueEvent).
-    serving = False
+    turns = DASHBOARD_TURNS
 
     def __init__(self, workload: Iterable[WorkItem] = ()):
         self._workload = list(workload)
@@ -237,8 +253,12 @@ class EmbeddedSource:
 
     def __init__(self, make_session: SessionFactory, settings: EngineSettings, prompts: PromptQueue,
                  *, on_session: Callable[[SessionLike], Iterable[Event] | None] | None = None,
-                 clock: Callable[[], float] = E.now, health: HealthThresholds | None = None):
+                 clock: Callable[[], float] = E.now, health: HealthThresholds | None = None,
+                 listener: Callable[[Event], None] | None = None):
         self._make_session = make_session
+        # Fed every event in the engine thread, before whoever started the source: a
+        # server's /health and /metrics (serve/link.py) never wait on the dashboard's thread.
+        self._listener = listener
         self._settings = settings
         self.label = settings.target
         self.prompts = prompts
@@ -267,18 +287,14 @@ class EmbeddedSource:
             if isinstance(ev, E.SettingsEvent):
                 # The engine lists what it applies; this source adds what it does itself.
                 ev = dataclasses.replace(ev, supports=sorted({*ev.supports, *SUPPORTS}))
+            if self._listener is not None:
+                self._listener(ev)
             emit(ev)
 
         # Every event is also judged by the health rules (specdash/monitor/health.py). A server's
-        # queue changes in its HTTP thread too: one lock keeps the rules' fold in order.
-        judged, lock = monitored(relay, self._health), threading.Lock()
-
-        def emit_locked(ev: Event) -> None:
-            with lock:
-                judged(ev)
-
-        self._emit = emit_locked
-        if self.prompts.serving:
+        # queue changes in its HTTP thread too: Monitored's own lock keeps the fold in order.
+        self._emit = monitored(relay, self._health)
+        if self.prompts.turns.reported:
             self.prompts.on_change = self._queue_changed
             self._queue_changed()  # the dashboard shows an empty queue from the start
         self.thread = threading.Thread(target=self._body, name="specdash-engine", daemon=True)
@@ -320,7 +336,7 @@ class EmbeddedSource:
         """Queue `item`; a prompt being generated is abandoned so this one starts now (but
         on a server, where it waits its turn behind the requests)."""
         self.prompts.push(item)
-        if self.prompts.serving:
+        if not self.prompts.turns.cut_in:
             return
         self._abort_run.set()
         with self._lock:
@@ -366,13 +382,11 @@ class EmbeddedSource:
         idle_said = False
         while not self._shutdown.is_set():
             if self.prompts.would_block() and not idle_said:
-                said = "Waiting for requests (n queues one here)." if self.prompts.serving else \
-                    "Done. Press n for a new prompt."
-                self._emit(E.StatusEvent("idle", said, t=E.now()))
+                self._emit(E.StatusEvent("idle", self.prompts.turns.idle, t=E.now()))
                 idle_said = True
             item = self.prompts.next()
             if item is None or self._shutdown.is_set():
-                if isinstance(item, WorkItem) and self.prompts.serving:
+                if isinstance(item, WorkItem) and self.prompts.turns.kept_on_close:
                     self.prompts.requeue(item)  # the next source runs it (a server's restart)
                 return
             if isinstance(item, Commands):
@@ -384,7 +398,7 @@ class EmbeddedSource:
                     self._emit(ev)
                 continue
             idle_said = False
-            if getattr(session, "width", 1) > 1 and self.prompts.serving:
+            if self.prompts.turns.batched and getattr(session, "width", 1) > 1:
                 self._serve_batched(cast(BatchingSession, session), item)
                 continue
             self._run_item(session, item)
@@ -512,7 +526,7 @@ class EmbeddedSource:
 
     def _queue_changed(self) -> None:
         """A server's queue, as the dashboard and the exporter show it."""
-        if not self.prompts.serving:
+        if not self.prompts.turns.reported:
             return
         batch, one = self.prompts.batch, self.prompts.running
         running = [item.title for item in batch] if batch else [one.title] if one is not None else []

@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from specdash.contract.names import display_name
 from specdash.costs.store import ProfileStore
 from specdash.engine.batch.costs import measure_widths
 from specdash.engine.batch.runner import BatchRunner
@@ -38,7 +39,7 @@ from specdash.contract.events import Command, Event
 from specdash.models.compat import check_pair
 from specdash.models.fetch import FetchProgress
 from specdash.models.mtp_info import MtpHead, mtp_head
-from specdash.models.registry import DEFAULT_DRAFT, known_names, model_path
+from specdash.models.registry import DEFAULT_DRAFT, model_path
 from specdash.models.resolve import resolve_model
 
 Progress = Callable[[str, float | None], None]
@@ -82,7 +83,7 @@ def pin_cost_shape(controller: KController, spec: str | None = None) -> None:
 def draft_label(spec: str) -> str:
     """A draft model as labels and adaptive K's reasons name it: a registry name as is, a
     file by its stem (whatif's simulated model is named the same, so its reasons match)."""
-    return spec if spec in known_names() else Path(spec).stem
+    return display_name(spec)
 
 
 class Session:

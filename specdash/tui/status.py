@@ -16,13 +16,13 @@ they are: at 40 columns the line reads `▶ │ K 3 │ 17.3 tok/s │ acc 45%`.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from rich.cells import cell_len
 from rich.markup import escape
 from textual.app import RenderResult
 from textual.widgets import Static
 
+from specdash.contract.names import display_name
 from specdash.monitor.health import is_alarm
 from specdash.tui.reducer import DashState
 
@@ -64,7 +64,7 @@ def short_source(draft: str, width: int) -> str:
 
 def model_name(spec: str) -> str:
     """A registry name as is; a GGUF path by its file name without .gguf."""
-    return Path(spec).stem if spec.endswith(".gguf") else spec
+    return display_name(spec)
 
 
 def status_parts(state: DashState, fallback: tuple[str, str], width: int) -> tuple[list[str], str]:

@@ -33,9 +33,9 @@ vLLM's own `vllm:` names beside `specdash_build_info` (--metrics-names vllm).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import PurePath
 from typing import Any
 
+from specdash.contract.names import display_name
 from specdash.monitor.remote.metrics import MAX_POSITIONS, MAX_READING, Scrape, histogram_buckets
 
 TTFT = "ttft"
@@ -194,9 +194,9 @@ def model_from_props(props: dict[str, Any] | None) -> str:
     path = props.get("model_path")
     if isinstance(alias, str) and alias and alias != "llama-server":
         # The server sets the alias to the file name when none was given (server.cpp).
-        return PurePath(alias).stem if alias.endswith(".gguf") else alias
+        return display_name(alias)
     if isinstance(path, str) and path and path != "none":
-        return PurePath(path).stem
+        return display_name(path)
     return ""
 
 
