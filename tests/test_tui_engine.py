@@ -10,7 +10,7 @@ import json
 from pilot_helpers import bounded
 from specdash.sources.session import Session
 from specdash.engine.settings import EngineSettings
-from specdash.contract.events import NoticeEvent, PromptEvent, SettingsEvent, StepEvent
+from specdash.contract.events import NoticeEvent, PromptEvent, SetDrafter, SettingsEvent, StepEvent
 from specdash.tui.app import DashboardOptions, SpecdashApp
 from specdash.tui.screens.ask import AskScreen
 from specdash.tui.screens.draft_picker import DraftPicker
@@ -273,3 +273,24 @@ async def test_e_sets_the_expert_count_of_a_moe_target_and_keeps_the_text(tmp_pa
         assert not any(isinstance(e, PromptEvent) for e in after[:first])
         assert after[first].n_generated > last_before.n_generated
         assert "experts 1/4" in str(app.query_one("#status").render())
+
+
+@sync
+async def test_a_refusal_quoting_markup_is_shown_as_text_and_the_engine_keeps_running(tmp_path, smol_path):
+    """`draft=[/]` (a client's steer, or typed in the picker) is refused with a notice that
+    quotes it: as markup, `[/]` raised MarkupError and ended the app (and serve with it)."""
+    app, recs, _notes = real_app(tmp_path, smol_path)
+    del app.notify  # the real notifications: the toast renders the message
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: recs and len(steps(recs[0])) >= 2, "steps with prompt lookup")
+        app._send(SetDrafter("[/]"))
+        await until(pilot, lambda: any(isinstance(e, NoticeEvent) and "[/]" in e.message for e in recs[0].events),
+                    "the refusal")
+        await until(pilot, lambda: any("[/]" in n.message for n in app._notifications), "the refusal notified")
+        n = len(steps(recs[0]))
+        await until(pilot, lambda: len(steps(recs[0])) >= n + 2, "steps after the refusal")
+        assert app.engine_state == "running" and app.stats.settings.drafter == "lookup"
+        shown = [n for n in app._notifications if "[/]" in n.message]
+        # A toast parses its message as markup when the notification says so (Toast.render).
+        assert shown and not any(n.markup for n in shown)
+        assert app.return_code is None  # the app did not end

@@ -52,6 +52,7 @@ from specdash.tui.panels import (
     ThroughputPanel,
 )
 from specdash.tui.live_stats import LiveStats
+from specdash.tui.plain_text import PlainNotify
 from specdash.tui.reducer import DashState
 from specdash.tuning.sweep import Sweep
 from specdash.tui.screens.sweep import SweepScreen
@@ -124,7 +125,7 @@ class DashboardOptions:
     health: HealthThresholds | None = None  # the health rules' thresholds (None: the defaults)
 
 
-class DashboardBase(App[int]):
+class DashboardBase(PlainNotify):
     CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses live elsewhere
     TITLE = "specdash"
     # The full layout (app.tcss: Screen.-wide.-tall) from this size up; compact below.

@@ -23,6 +23,7 @@ from textual.widgets import Static
 from specdash.contract import events as E
 from specdash.engine.stats import SpecCounters
 from specdash.records.recording import Recording
+from specdash.tui.plain_text import PlainNotify
 from specdash.tui.reducer import DashState
 from specdash.tui.themes import VARIABLE_DEFAULTS, load_themes
 from specdash.tui.widgets.footer import KeyFooter
@@ -49,7 +50,7 @@ def differences(a: E.SettingsEvent | None, b: E.SettingsEvent | None) -> list[st
             if getattr(a, name) != getattr(b, name)]
 
 
-class CompareApp(App[int]):
+class CompareApp(PlainNotify):
     TITLE = "specdash · compare"
     CSS = """
     #compare-head { height: auto; padding: 0 1; background: $panel; }
@@ -96,7 +97,7 @@ class CompareApp(App[int]):
         self.theme = self._theme_name
         a, b = self.recordings
         diff = differences(*(s.settings for s in self.states))
-        head = Text.from_markup(f"[b]A:[/b] {a.path.name}  vs  [b]B:[/b] {b.path.name}")
+        head = Text.assemble(("A:", "bold"), f" {a.path.name}  vs  ", ("B:", "bold"), f" {b.path.name}")
         head.append("\n" + ("; ".join(diff) if diff else "same settings"), "dim")
         for rec, name in ((a, "A"), (b, "B")):
             if rec.problem:

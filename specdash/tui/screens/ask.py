@@ -45,7 +45,7 @@ class AskScreen(ModalScreen[str | None]):
             box.border_title = self._title
             yield Input(value=self._value, placeholder=self._placeholder, select_on_focus=True)
             yield Label(self._hint, classes="hint")
-            yield Label("", id="ask-error", classes="error")
+            yield Label("", id="ask-error", classes="error", markup=False)  # quotes what was typed
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()

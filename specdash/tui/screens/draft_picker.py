@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.text import Text
+from textual.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -142,7 +143,7 @@ class DraftPicker(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical() as box:
-            box.border_title = f"Draft source (now: {self._current}) · r scans for models again"
+            box.border_title = f"Draft source (now: {escape(self._current)}) · r scans for models again"
             yield OptionList(*self._options(), id="draft-options")
             yield Label(self._scan_note(), id="scan-note", classes="hint")
             yield Label("or a GGUF file path (Enter to use it):", classes="hint")

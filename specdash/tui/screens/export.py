@@ -41,7 +41,8 @@ class ExportScreen(ModalScreen[None]):
             yield Static(Text(self.command))
             yield Static("\nRouter preset (llama-server --models-preset FILE)", classes="head")
             yield Static(Text(self.preset))
-            yield Static(f"\nw writes {self._stem}.sh and {self._stem}.ini into {self._folder}", classes="hint")
+            yield Static(f"\nw writes {self._stem}.sh and {self._stem}.ini into {self._folder}", classes="hint",
+                         markup=False)
 
     def action_copy(self) -> None:
         # OSC 52: reaches the clipboard of the terminal the operator sits at, over SSH too.

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
+from textual.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Container
@@ -38,22 +39,22 @@ def cells(row: RequestRow) -> list[Any]:
         return Text(text, justify="right")
 
     title = row.title if len(row.title) <= TITLE_WIDTH else row.title[: TITLE_WIDTH - 1] + "…"
-    return [right(when(row.since_start)), title, right(str(row.n_prompt)), right(str(row.n_generated)),
+    return [right(when(row.since_start)), Text(title), right(str(row.n_prompt)), right(str(row.n_generated)),
             right(str(row.drafted)), right(str(row.accepted)),
             right("–" if row.acceptance_length is None else f"{row.acceptance_length:.2f}"),
             right(f"{row.tokens_per_s:.1f}"), right("–" if row.mean_k is None else f"{row.mean_k:.1f}"),
-            row.drafter or "–"]
+            Text(row.drafter or "–")]
 
 
 def histogram_title(row: RequestRow | None) -> str:
     if row is None:
         return "Acceptance length · no request selected"
     if not row.histogram:
-        return f"Acceptance length · {row.title}: nothing drafted"
+        return f"Acceptance length · {escape(row.title)}: nothing drafted"
     steps = sum(row.histogram)
     source = "the server's histogram" if row.histogram_from == "server" else "from its steps"
     batch = f", in batches of {row.mean_batch:.1f} requests" if row.mean_batch and row.mean_batch > 1 else ""
-    return (f"Acceptance length · {row.title}: {steps} drafting steps{batch}, bar j = steps that accepted j "
+    return (f"Acceptance length · {escape(row.title)}: {steps} drafting steps{batch}, bar j = steps that accepted j "
             f"draft tokens ({source})")
 
 
@@ -93,7 +94,7 @@ class RequestsScreen(Screen[None]):
         table: DataTable[Any] = DataTable(id="requests", cursor_type="row", zebra_stripes=True)
         self.table = table
         yield table
-        self.note = Static(id="requests-note")
+        self.note = Static(id="requests-note", markup=False)  # client titles: text
         yield self.note
         with Container(id="histogram"):
             self.bars = Static(id="histogram-bars")

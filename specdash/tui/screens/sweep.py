@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rich.table import Table
+from rich.markup import escape
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -83,7 +84,7 @@ class SweepScreen(Screen[None]):
         at = f"T={', '.join(f'{t:g}' for t in sw.temps)}"
         pred = sw.predicted_t0
         head = Text.from_markup(
-            f"[b]K sweep[/b] · {sw.before.drafter} on {sw.before.target} · {len(sw.ks)} Ks × {at} × {sw.rounds} "
+            f"[b]K sweep[/b] · {escape(sw.before.drafter)} on {escape(sw.before.target)} · {len(sw.ks)} Ks × {at} × {sw.rounds} "
             f"rounds, {sw.max_tokens} tokens each · [b]{state}[/b]"
             + (f" · ● predicted{' at T=0' if multi else ''} ({sw.predicted_from})" if pred else ""))
         if sw.sampled:  # its own line: the head grows to two
