@@ -1,6 +1,7 @@
 """Host names as a server reads them from a request's `Host` header: the loopback names,
-and the name without its port; and whether a peer's address is loopback. Shared by serve's and the web view's guards (both refuse a
-name rebound to 127.0.0.1: DNS rebinding always sends the attacker's own name)."""
+and the name without its port; and whether a peer's address is loopback. Shared by
+serve's and the web view's guards (both refuse a name rebound to 127.0.0.1: DNS
+rebinding always sends the attacker's own name)."""
 
 from __future__ import annotations
 
