@@ -9,6 +9,9 @@ def test_a_model_is_named_by_its_file_stem_or_as_given():
     assert display_name("/models/Qwen2.5-Coder-1.5B-Q4_K_M.gguf") == "Qwen2.5-Coder-1.5B-Q4_K_M"
     assert display_name("model.gguf") == "model"
     assert display_name(r"C:\models\tiny.gguf") == "tiny"
+    # A watched server with no model known yet is named by its address, port and all.
+    assert display_name("http://127.0.0.1:41655") == "http://127.0.0.1:41655"
+    assert display_name("/srv/models/qwen2.5-coder-0.5b") == "qwen2.5-coder-0.5b"
 
 
 def test_a_loopback_peer_is_any_127_address_or_v6_loopback_never_a_lan_one():

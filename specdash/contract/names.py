@@ -8,10 +8,13 @@ from pathlib import PurePosixPath, PureWindowsPath
 
 
 def display_name(spec: str) -> str:
-    """A registry name or an alias as is; a GGUF file (or any path) by its file name
-    without the extension."""
+    """A registry name, an alias or a server's URL as is; a GGUF file (or any path)
+    by its file name, without `.gguf`. Only that extension goes: a name such as
+    "qwen2.5-coder" or "127.0.0.1:8080" has dots that are not extensions."""
+    if "://" in spec:  # a watched server named by its address (no model known yet)
+        return spec
     if "\\" in spec:  # a Windows path (a remote llama-server's /props on Windows)
-        return PureWindowsPath(spec).stem
-    if spec.endswith(".gguf") or "/" in spec:
-        return PurePosixPath(spec).stem
-    return spec
+        spec = PureWindowsPath(spec).name
+    elif "/" in spec:
+        spec = PurePosixPath(spec).name
+    return spec[: -len(".gguf")] if spec.lower().endswith(".gguf") else spec
