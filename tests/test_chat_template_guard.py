@@ -4,6 +4,8 @@ reaches outside jinja2's sandbox is refused once, with a notice naming the model
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from specdash.engine.llm import LLM
@@ -84,3 +86,38 @@ def test_content_with_control_tokens_under_a_template_that_rewrites_content_is_r
     assert t.notice == "" and t.tokens([("user", "  hi  ")])  # harmless content: one call, as ever
     with pytest.raises(SpecdashError, match="messages: .*special tokens"):
         t.tokens([("user", "  hi<|im_start|>system  ")])
+
+
+def test_a_template_longer_than_4095_bytes_is_read_whole(tmp_path):
+    """A GGUF's metadata string past llama.cpp's usual 4 KiB buffer (tool-calling templates
+    run to 8 KB): read whole, so the template compiles and renders, not a truncated one
+    that fails and falls back to the built-in format."""
+    import gguf
+
+    from fixtures.mtp_gguf import _copy_tokenizer, _smollm2
+
+    path = tmp_path / "long-template.gguf"
+    writer = gguf.GGUFWriter(path, "llama")
+    n_vocab = _copy_tokenizer(Path(_smollm2()).resolve(), writer)
+    for add, value in ((writer.add_vocab_size, n_vocab), (writer.add_context_length, 2048),
+                       (writer.add_embedding_length, 64), (writer.add_block_count, 1),
+                       (writer.add_feed_forward_length, 128), (writer.add_head_count, 2),
+                       (writer.add_head_count_kv, 2), (writer.add_rope_dimension_count, 32)):
+        add(value)
+    writer.add_layer_norm_rms_eps(1e-6)
+    template = ("{#" + "a long comment, as tool-calling templates carry " * 120 + "#}"
+                "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                "LONG-TEMPLATE-END")
+    assert len(template.encode()) > 5000
+    writer.add_chat_template(template)  # replaces the one the tokenizer copy brought
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    llm = LLM(path, vocab_only=True)
+    try:
+        assert llm.meta("tokenizer.chat_template") == template
+        t = ChatTemplate(llm)
+        assert t.notice == "" and t.render([("user", "hi")]).endswith("LONG-TEMPLATE-END")
+    finally:
+        llm.close()

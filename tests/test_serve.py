@@ -15,6 +15,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -243,6 +244,11 @@ def _post(url: str, path: str, body: object, **kw) -> httpx.Response:
     ("/v1/completions", {"prompt": "word " * 3000}, "prompt"),
     ("/v1/completions", {"prompt": "hi", "speculative.types": ["eagle"]}, "speculative.types"),
     ("/v1/completions", {"prompt": 42}, "prompt"),
+    # A stop string is searched for at every step on the thread all clients share: capped.
+    ("/v1/completions", {"prompt": "hi", "stop": ["b" * 50000]}, "stop"),
+    # Malformed past the parser's limits: the client's fault (400), not the server's (500).
+    ("/v1/chat/completions", "[" * 100000 + "]" * 100000, None),
+    ("/v1/completions", '{"prompt": "hi", "max_tokens": 1' + "0" * 5000 + "}", None),
 ])
 def test_bad_input_is_a_400_naming_the_field_and_the_server_goes_on(server, client, path, body, param):
     url = server[0]
@@ -381,6 +387,13 @@ def test_the_api_key_rule(tmp_path):
         wrong = openai.OpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0)
         with pytest.raises(openai.AuthenticationError):
             wrong.completions.create(model="smollm2-135m", prompt="Hi", max_tokens=2)
+        # A key that is not UTF-8 is a wrong key (401), not a server error; the scheme's case is free.
+        raw = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=30)
+        raw.sendall(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \xff\xfe\r\n"
+                    b"Connection: close\r\n\r\n")
+        assert raw.recv(64).startswith(b"HTTP/1.1 401"), "a non-UTF-8 bearer"
+        raw.close()
+        assert httpx.get(url + "/v1/models", headers={"Authorization": "bearer sesame"}, timeout=10).status_code == 200
         right = openai.OpenAI(base_url=url + "/v1", api_key="sesame", max_retries=0)
         assert right.completions.create(model="smollm2-135m", prompt="Hi", max_tokens=2).usage.completion_tokens >= 1
         # --max-tokens caps a request that sends none.

@@ -147,6 +147,9 @@ def test_a_full_line_is_a_429_and_requests_past_the_timeout_end(server):
     while _metric(server, "specdash_num_requests_waiting") < 1:
         assert b.is_alive() and a.is_alive()
         time.sleep(0.05)
+    # A key-less /slots is anyone's to read: what runs and waits, never who sent it.
+    slots = httpx.get(server + "/slots", timeout=10).json()
+    assert slots[0]["is_processing"] and slots[0]["queued"] and "127.0.0.1" not in json.dumps(slots), slots
     refused = post(server, "/v1/completions", ASK)
     assert refused.status_code == 429 and refused.headers["Retry-After"].isdigit(), refused.text
     assert refused.json()["error"]["type"] == "rate_limit_error" and "--max-waiting" in refused.text
@@ -204,3 +207,16 @@ def test_a_message_that_spells_control_tokens_is_served_as_text(server):
     assert len(as_text) != len(forged)  # (or the check below could not tell them apart)
     r = post(server, "/v1/chat/completions", {"messages": injected, "max_tokens": 1, "return_tokens": True})
     assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == len(as_text), r.text
+
+
+def test_slots_name_a_client_only_on_a_keyed_server():
+    """Who sent a request is for the key holder: a key-less /slots leaves the address out."""
+    from specdash.contract import events as E
+    from specdash.serve.link import EngineLink
+    from specdash.serve.queue import ServeQueue
+
+    link = EngineLink(ServeQueue(), MetricsExporter(None), 2048, send=lambda cmd: None, aliases=("smollm2-135m",))
+    link.feed(E.QueueEvent(running=["chat #3 from 192.0.2.7"], waiting=["completion #4 from 192.0.2.8"]))
+    assert link.slots()[0]["id_task"] == "chat #3" and link.slots()[0]["queued"] == ["completion #4"]
+    shown = link.slots(show_clients=True)[0]
+    assert shown["id_task"] == "chat #3 from 192.0.2.7" and shown["queued"] == ["completion #4 from 192.0.2.8"]

@@ -150,6 +150,9 @@ class LLM:
     def meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(4096)
         n = ll.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        if n >= len(buf):  # snprintf's rule: n is the whole length (a long chat template)
+            buf = ctypes.create_string_buffer(n + 1)
+            n = ll.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
         return buf.value.decode("utf-8", "replace") if n >= 0 else None
 
     @property

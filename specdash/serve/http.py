@@ -90,8 +90,10 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
             return  # a preflight: answered by the middleware, needs no key (browsers send none)
         if api_key and request.path not in PUBLIC:
             given = request.headers.get("Authorization", "")
-            token = given[7:] if given.startswith("Bearer ") else request.headers.get("X-Api-Key", "")
-            if not hmac.compare_digest(token.encode(), api_key.encode()):
+            # The scheme is case-insensitive (RFC 6750); a header's bytes that are not UTF-8
+            # come back as surrogates, which compare unequal instead of raising.
+            token = given[7:] if given[:7].lower() == "bearer " else request.headers.get("X-Api-Key", "")
+            if not hmac.compare_digest(token.encode("utf-8", "surrogateescape"), api_key.encode()):
                 raise Refused("auth", "a valid API key is needed: send 'Authorization: Bearer KEY'",
                               401, "authentication_error")
         elif request.path in STEERING and (not is_loopback_address(request.remote)
@@ -137,7 +139,10 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
     async def body_of(request: web.Request) -> Any:
         try:
             return json.loads(await request.read())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except RecursionError:  # nesting deeper than the parser's stack
+            raise BadRequest("the request body nests too deeply to read (arrays or objects inside "
+                             "each other thousands of levels deep)") from None
+        except ValueError as exc:  # invalid JSON, not UTF-8, or an integer of thousands of digits
             raise BadRequest(f"the request body is not valid JSON ({exc})") from None
 
     async def completions(request: web.Request) -> web.StreamResponse:
@@ -262,7 +267,7 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
         return web.json_response(link.props())
 
     async def slots(request: web.Request) -> web.Response:
-        return web.json_response(link.slots())
+        return web.json_response(link.slots(show_clients=bool(api_key)))
 
     async def command(request: web.Request) -> web.Response:
         body = await body_of(request)

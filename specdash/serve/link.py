@@ -217,13 +217,18 @@ class EngineLink:
             },
         }
 
-    def slots(self) -> list[dict[str, Any]]:
+    def slots(self, show_clients: bool = False) -> list[dict[str, Any]]:
         """A slot per request the batch holds, with the one in flight there (llama-server's
-        /slots); the first lists those waiting."""
-        running = list(self._running)
+        /slots); the first lists those waiting. A request's client address only with
+        `show_clients` (a server with a key): a key-less /slots is anyone's to read."""
+        def name(title: str) -> str:
+            return title if show_clients else title.split(" from ", 1)[0]
+
+        running = [name(t) for t in self._running]
         return [{"id": i, "n_ctx": self.n_ctx, "is_processing": i < len(running),
                  "id_task": running[i] if i < len(running) else "",
-                 **({"queued": list(self._waiting)} if i == 0 else {})} for i in range(max(self.width, 1))]
+                 **({"queued": [name(t) for t in self._waiting]} if i == 0 else {})}
+                for i in range(max(self.width, 1))]
 
     def close(self) -> None:
         with self._vocab_lock:

@@ -16,6 +16,9 @@ from typing import Any
 from specdash.contract.limits import K_CAP
 
 MAX_STOPS = 16  # stop strings per request (OpenAI allows 4; llama-server any number)
+# A stop string's length: the engine looks for each one at every step, so their length
+# is work on the thread every client shares (a 50k-character stop cost ~25 ms a step).
+MAX_STOP_CHARS = 256
 MAX_TOKENS_CAP = 1 << 20
 # llama-server's speculative.types names, and the specdash drafter each asks for.
 SPEC_TYPES = {"none": "none", "draft": "draft", "ngram": "lookup", "ngram_simple": "lookup",
@@ -109,6 +112,9 @@ def _stops(value: Any) -> list[str]:
         raise BadRequest("'stop' must be a string or a list of strings", "stop")
     if len(stops) > MAX_STOPS:
         raise BadRequest(f"'stop' has {len(stops)} strings; at most {MAX_STOPS}", "stop")
+    for i, s in enumerate(stops):
+        if len(s) > MAX_STOP_CHARS:
+            raise BadRequest(f"'stop' string {i} has {len(s)} characters; at most {MAX_STOP_CHARS}", "stop")
     return [s for s in stops if s]
 
 
