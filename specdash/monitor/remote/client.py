@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,11 @@ from specdash.contract.errors import SpecdashError
 
 DEFAULT_CONNECT_TIMEOUT = 2.0
 DEFAULT_READ_TIMEOUT = 5.0
+# What one answer may weigh. A real /metrics or /slots is kilobytes; a server that sends
+# more (endless, or a bomb) is refused before it takes the watcher's memory.
+MAX_RESPONSE_BYTES = 8 * 1024 ** 2
+MAX_LINE_BYTES = 1024 ** 2  # one server-sent event line of a stream
+MAX_REDIRECTS = 5
 
 _USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/@\s]+@")
 _AUTH_VALUE = re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{4,}")
@@ -31,7 +37,8 @@ class RemoteError(SpecdashError):
     """One failure of one server, as one line naming its URL. `kind` is one of:
     unreachable, timeout, not_metrics, auth, forbidden, no_metrics, not_found, loading,
     http, bad_response, unknown_backend, bad_reading (it answered, with numbers that
-    cannot be counts)."""
+    cannot be counts), too_large (an answer past MAX_RESPONSE_BYTES or a line past
+    MAX_LINE_BYTES), redirect (to another server)."""
 
     def __init__(self, kind: str, message: str):
         super().__init__(message, exit_code=2)
@@ -163,9 +170,13 @@ class Client:
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self._headers, self._transport = headers, transport  # for again()
+        # Identity encoding: a size cap counts what arrives, and a gzip bomb cannot grow
+        # past it once unpacked. Redirects are followed by hand (`_send`), to this server
+        # only: httpx strips only Authorization on a cross-origin hop, so --header
+        # "X-Api-Key: ..." would go wherever a hostile server points.
         self._http = httpx.Client(
-            base_url=self.url.base, headers=headers, auth=auth, follow_redirects=True,
-            timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
+            base_url=self.url.base, headers={"Accept-Encoding": "identity", **headers}, auth=auth,
+            follow_redirects=False, timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
             transport=transport,
         )
 
@@ -234,15 +245,73 @@ class Client:
 
     # --- requests ---
 
-    def get(self, path: str, params: dict[str, str] | None = None) -> httpx.Response:
-        """GET; any transport failure or non-2xx status -> RemoteError."""
+    def _send(self, request: httpx.Request, path: str, timeout: httpx.Timeout | None = None) -> httpx.Response:
+        """Send, following redirects that stay on this server (scheme, host and port);
+        the response is open (streamed): the caller reads it within the cap."""
+        origin = httpx.URL(self.url.base)
+        for _ in range(MAX_REDIRECTS + 1):
+            if timeout is not None:
+                request.extensions["timeout"] = timeout.as_dict()
+            response = self._http.send(request, stream=True)
+            if not response.is_redirect:
+                return response
+            response.close()
+            target = response.next_request
+            if target is None:
+                return response
+            if (target.url.scheme, target.url.host, target.url.port) != (origin.scheme, origin.host, origin.port):
+                raise RemoteError("redirect", self.redact(
+                    f"{self._where(path)}: redirects to {target.url.scheme}://{target.url.netloc.decode()}, "
+                    f"another server; give that address if it is the one to watch (headers are not sent there)"))
+            request = target
+        raise RemoteError("redirect", f"{self._where(path)}: more than {MAX_REDIRECTS} redirects")
+
+    def _read(self, response: httpx.Response, path: str, deadline: float) -> httpx.Response:
+        """A streamed answer read whole, within MAX_RESPONSE_BYTES (counted unpacked, as
+        it unpacks) and by `deadline` (a server that trickles a byte a second never trips
+        the read timeout)."""
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > MAX_RESPONSE_BYTES:
+                raise RemoteError("too_large", f"{self._where(path)}: the answer is over "
+                                  f"{MAX_RESPONSE_BYTES // 1024 ** 2} MiB; this is not a metrics endpoint")
+            if time.monotonic() > deadline:
+                raise RemoteError("timeout", f"{self._where(path)}: the answer took over "
+                                  f"{self._total_s:g}s to arrive; the server is overloaded or trickling")
+            chunks.append(chunk)
+        # The same answer, read: its headers but those that described the bytes on the wire.
+        kept = [(k, v) for k, v in response.headers.multi_items()
+                if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
+        return httpx.Response(response.status_code, headers=kept, content=b"".join(chunks), request=response.request)
+
+    @property
+    def _total_s(self) -> float:
+        return self.connect_timeout + 2 * self.read_timeout
+
+    def _request(self, method: str, path: str, *, params: dict[str, str] | None = None,
+                 body: dict[str, Any] | None = None, timeout: float | None = None) -> httpx.Response:
+        """One request and its whole answer; any transport failure, redirect off this
+        server, answer too large or slow, or non-2xx status -> RemoteError."""
+        deadline = time.monotonic() + (self._total_s if timeout is None else timeout + self.connect_timeout)
+        limit = None if timeout is None else httpx.Timeout(timeout, connect=self.connect_timeout)
         try:
-            response = self._http.get(path, params=params)
+            request = self._http.build_request(method, path, params=params, json=body)
+            opened = self._send(request, path, limit)
+            try:
+                response = self._read(opened, path, deadline)
+            finally:
+                opened.close()
         except httpx.HTTPError as exc:
             raise self._transport_error(path, exc) from None
         if response.status_code >= 400:
             raise self._status_error(path, response)
         return response
+
+    def get(self, path: str, params: dict[str, str] | None = None) -> httpx.Response:
+        """GET; any transport failure or non-2xx status -> RemoteError."""
+        return self._request("GET", path, params=params)
 
     def metrics_text(self, params: dict[str, str] | None = None) -> str:
         """/metrics as text; an HTML page or JSON here is a clear error, not a parse failure."""
@@ -257,7 +326,7 @@ class Client:
         response = self.get(path, params)
         try:
             return response.json()
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested past the parser
             kind = "not_metrics" if _looks_html(response) else "bad_response"
             raise RemoteError(kind, f"{self._where(path)}: the answer is not JSON") from None
 
@@ -272,15 +341,10 @@ class Client:
             return None
 
     def post_json(self, path: str, body: dict[str, Any], *, timeout: float | None = None) -> Any:
-        try:
-            response = self._http.post(path, json=body, timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT)
-        except httpx.HTTPError as exc:
-            raise self._transport_error(path, exc) from None
-        if response.status_code >= 400:
-            raise self._status_error(path, response)
+        response = self._request("POST", path, body=body, timeout=timeout)
         try:
             return response.json()
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return None
 
     def stream_events(self, path: str, body: dict[str, Any], *,
@@ -290,11 +354,11 @@ class Client:
         take a while before the first byte."""
         timeout = httpx.Timeout(read_timeout, connect=self.connect_timeout)
         try:
-            with self._http.stream("POST", path, json=body, timeout=timeout) as response:
+            response = self._send(self._http.build_request("POST", path, json=body), path, timeout)
+            try:
                 if response.status_code >= 400:
-                    response.read()
-                    raise self._status_error(path, response)
-                for line in response.iter_lines():
+                    raise self._status_error(path, self._read(response, path, time.monotonic() + read_timeout))
+                for line in self._lines(response, path):
                     line = line.strip()
                     if not line.startswith("data:"):
                         if line.startswith("{"):  # a non-SSE JSON answer
@@ -307,14 +371,30 @@ class Client:
                         item = _loads(payload)
                         if item:
                             yield item
+            finally:
+                response.close()
         except httpx.HTTPError as exc:
             raise self._transport_error(path, exc) from None
+
+    def _lines(self, response: httpx.Response, path: str) -> Iterator[str]:
+        """A stream's lines, each within MAX_LINE_BYTES (httpx's iter_lines has no limit)."""
+        pending = b""
+        for chunk in response.iter_bytes():
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                yield line.decode("utf-8", "replace")
+            if len(pending) > MAX_LINE_BYTES:
+                raise RemoteError("too_large", f"{self._where(path)}: a streamed line is over "
+                                  f"{MAX_LINE_BYTES // 1024 ** 2} MiB")
+        if pending:
+            yield pending.decode("utf-8", "replace")
 
 
 def _loads(text: str) -> dict[str, Any]:
     try:
         item = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return item if isinstance(item, dict) else {}
 

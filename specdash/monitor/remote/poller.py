@@ -194,9 +194,10 @@ class ServerWatch:
                 raise RemoteError("bad_reading", f"{self.url}/metrics: bad reading: {why}")
         except RemoteError as exc:
             return self._failed(exc, was_up)
-        except (ValueError, TypeError, OverflowError, KeyError, AttributeError, IndexError) as exc:
-            # The server's answer broke a reader here: a bug of ours or nonsense of its
-            # own; either way this server shows it and the polls go on.
+        except Exception as exc:
+            # The server's answer broke a reader here (nested past the parser's stack,
+            # a shape no reader expects): a bug of ours or nonsense of its own; either
+            # way this server shows it and the polls go on: a poller never dies of it.
             log.debug("reading %s failed", self.url, exc_info=True)
             return self._failed(RemoteError("bad_reading", f"{self.url}: could not read its answer "
                                             f"({describe(exc)})"), was_up)
