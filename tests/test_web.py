@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from specdash.web.guard import authorized, cookie_name, cookie_value, host_allow
 from test_serve import start_server, stop_server
 
 HEADER_SECRET = "sekrit-for-the-watched-server"
+WEB_KEY: list[str] = []  # the key `web` made for the module's view (its fixture)
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 HAVE_BROWSER = Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()
@@ -113,6 +115,11 @@ def web(served, tmp_path_factory):
     shots = tmp_path_factory.mktemp("web-shots")
     proc, url, lines = start_web(served, "--screenshots", str(shots), "--interval", "0.5",
                                  "--header", f"Authorization: Bearer {HEADER_SECRET}")
+    # --header without a key: the page carries those credentials, so a key is made and
+    # printed, and only that URL opens it.
+    (keyed,) = re.findall(r"open it once as (http://\S+\?key=\S+);", "".join(lines))
+    assert keyed.startswith(url) and httpx.get(url).status_code == 401
+    WEB_KEY.append(keyed.split("?key=", 1)[1])
     yield url, shots, proc, lines
     proc.terminate()
     assert proc.wait(20) == 0, "".join(lines)
@@ -159,7 +166,7 @@ def test_the_page_loads_a_key_reaches_the_app_and_closing_the_tab_stops_nothing(
 
     driver = browser()
     try:
-        driver.get(url)
+        driver.get(url + "?key=" + WEB_KEY[0])  # once: the cookie opens the next tab
         wait_for(lambda: app_drew(driver))
         (first_tab,) = tab_processes(proc)
         # The watched server's key (--header) is on no tab's command line (nor its shell's).
@@ -284,6 +291,44 @@ def test_with_a_key_the_page_needs_it_once_and_a_cookie_keeps_it(served):
             assert "key" not in driver.current_url
         finally:
             driver.quit()
+    finally:
+        proc.terminate()
+        assert proc.wait(20) == 0, "".join(lines)
+
+
+def test_tabs_are_capped_their_size_clamped_and_a_password_never_shown(served):
+    """--max-tabs bounds the processes a page can fork; a tab's size is clamped; a URL's
+    password stays out of the page's title and the log; --header makes the page keyed."""
+    import asyncio
+
+    import aiohttp
+
+    watched = served.replace("http://", "http://operator:pa55word@")
+    proc, url, lines = start_web(watched, "--max-tabs", "1", "--header", f"X-Api-Key: {HEADER_SECRET}")
+    try:
+        (keyed,) = re.findall(r"open it once as (http://\S+\?key=\S+);", "".join(lines))
+        key = keyed.split("?key=", 1)[1]
+        auth = {"Authorization": f"Bearer {key}"}
+        page = httpx.get(url, headers=auth)
+        assert page.status_code == 200 and "pa55word" not in page.text and "pa55word" not in "".join(lines)
+        host = url.split("//")[1].rstrip("/")
+
+        async def tabs() -> tuple[int, int]:
+            headers = {**auth, "Origin": f"http://{host}"}
+            async with aiohttp.ClientSession() as session:
+                async with session.ws_connect(url + "ws?width=100000&height=100000", headers=headers) as first:
+                    (tab,) = wait_for(lambda: tab_processes(proc))
+                    env = tab.environ()
+                    try:
+                        async with session.ws_connect(url + "ws", headers=headers):
+                            second = 101
+                    except aiohttp.WSServerHandshakeError as exc:
+                        second = exc.status
+                    await first.close()
+                    return int(env["COLUMNS"]) * 10000 + int(env["ROWS"]), second
+
+        size, second = asyncio.run(tabs())
+        assert divmod(size, 10000) == (1000, 500) and second == 503, (size, second)
     finally:
         proc.terminate()
         assert proc.wait(20) == 0, "".join(lines)

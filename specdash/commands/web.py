@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 
 from specdash.commands.attach import add_poll_arguments, parse_headers
 from specdash.commands.common import say, ui_prefs
@@ -34,7 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "needs a key)")
     g.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="N",
                    help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
-    g.add_argument("--api-key", metavar="KEY", help=f"require this key to open the page (default ${API_KEY_ENV})")
+    g.add_argument("--api-key", metavar="KEY", help=f"require this key to open the page (default ${API_KEY_ENV}; "
+                   "with --header and no key, a key is made for the run and printed: the page carries "
+                   "those credentials, so no other local user may open it)")
+    g.add_argument("--max-tabs", type=int, default=8, metavar="N",
+                   help="browser tabs open at once, each its own attach process (default 8; more get a 503)")
     a = p.add_argument_group("what each tab's attach gets (as `specdash attach`)")
     add_poll_arguments(a)
     a.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
@@ -65,8 +70,17 @@ def attach_argv(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specdash.monitor.remote.client import redact_url
+
     host, port, key = server_settings(args)
+    if args.max_tabs < 1:
+        raise SpecdashError(f"--max-tabs {args.max_tabs}: must be at least 1")
     argv = attach_argv(args)
+    made_key = key is None and bool(args.header)
+    if made_key:
+        # The page drives and steers with the operator's --header credentials: a key-less
+        # page on 127.0.0.1 would lend them to every user of this machine (Jupyter's rule).
+        key = secrets.token_urlsafe(18)
     try:
         from specdash.web import ARGV_ENV
         from specdash.web.server import WebServer
@@ -74,10 +88,13 @@ def run(args: argparse.Namespace) -> int:
         raise SpecdashError(f"specdash web needs textual-serve ({exc}); reinstall: pip install -e .") from None
     # Each tab's process inherits this environment (textual-serve copies it at spawn).
     os.environ[ARGV_ENV] = json.dumps(argv)
-    title = args.urls[0] if len(args.urls) == 1 else f"a fleet of {len(args.urls)}"
+    # Never a URL's password in the page's title (every viewer's HTML) or on stderr.
+    title = redact_url(args.urls[0]) if len(args.urls) == 1 else f"a fleet of {len(args.urls)}"
 
     try:
-        WebServer(host=host, port=port, key=key, title=title, say=say).run()
+        server = WebServer(host=host, port=port, key=key, title=title, say=say, max_tabs=args.max_tabs)
+        server.shown_key = made_key
+        server.run()
     except OSError as exc:
         raise SpecdashError(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})") from None
     say("web view stopped")

@@ -6,7 +6,9 @@ runs `specdash attach` (child.py). What this subclass changes:
 - every request passes the guard first (Host, Origin, key);
 - the page's websocket address is built from the request's own Host, so an SSH tunnel on
   any local port works (textual-serve builds it from the address it was started with);
-- it binds the port itself, so `--port 0` can say which port it got, and says so on stderr.
+- it binds the port itself, so `--port 0` can say which port it got, and says so on stderr;
+- tabs are bounded: past --max-tabs a new tab gets a 503 (each is a process), and the size a
+  tab asks for is clamped (textual-serve passes the page's numbers through as they come).
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ from textual_serve.server import Server, to_int
 from specdash.web.guard import NO_FRAMES, authorized, cookie_name, cookie_value, host_allowed, same_origin
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+MAX_COLUMNS, MAX_ROWS = 1000, 500  # a terminal no screen shows more of
+
+
+def clamp_size(width: Any, height: Any) -> tuple[int, int]:
+    return max(1, min(to_int(str(width), 80), MAX_COLUMNS)), max(1, min(to_int(str(height), 24), MAX_ROWS))
 
 
 def child_command() -> str:
@@ -37,9 +44,11 @@ def child_command() -> str:
 
 class WebServer(Server):
     def __init__(self, *, host: str, port: int, key: str | None, title: str,
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None], max_tabs: int = 8) -> None:
         super().__init__(child_command(), host=host, port=port, title=title)
         self.key = key
+        self.max_tabs, self.tabs = max_tabs, 0
+        self.shown_key = False  # a key made for this run is printed whole: nobody else knows it
         self.secret = secrets.token_bytes(32)  # this run's: the cookie's digest, ended by a restart
         self.say = say
         self.bound_port = port
@@ -62,7 +71,8 @@ class WebServer(Server):
 
     async def _checked(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         host = request.host
-        if not host_allowed(host, self.key):
+        # A key made for this run guards a loopback-only page: it relaxes no Host rule.
+        if not host_allowed(host, None if self.shown_key else self.key):
             return web.Response(status=403, text=(
                 f"specdash web: Host {host!r} is not this machine's loopback. Open "
                 f"http://127.0.0.1:{self.bound_port}/ (through an SSH tunnel from elsewhere), "
@@ -87,6 +97,28 @@ class WebServer(Server):
                                 samesite="Strict", path="/")
             return response
         return await handler(request)
+
+    async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
+        """A tab: one `attach` process, while fewer than --max-tabs run."""
+        if self.tabs >= self.max_tabs:
+            raise web.HTTPServiceUnavailable(text=f"specdash web: {self.max_tabs} tabs are open (--max-tabs); "
+                                             "close one, or start it with a higher --max-tabs\n")
+        width, height = clamp_size(request.query.get("width", "80"), request.query.get("height", "24"))
+        clamped = request.clone(rel_url=request.rel_url.update_query(width=str(width), height=str(height)))
+        self.tabs += 1
+        try:
+            return await super().handle_websocket(clamped)
+        finally:
+            self.tabs -= 1
+
+    async def _process_messages(self, websocket: web.WebSocketResponse, app_service: Any) -> None:
+        resize = app_service.set_terminal_size
+
+        async def clamped(width: Any, height: Any) -> None:
+            await resize(*clamp_size(width, height))
+
+        app_service.set_terminal_size = clamped  # a resize message's numbers, clamped too
+        await super()._process_messages(websocket, app_service)
 
     @aiohttp_jinja2.template("app_index.html")
     async def handle_index(self, request: web.Request) -> dict[str, Any]:
@@ -123,7 +155,8 @@ class WebServer(Server):
         host = f"[{self.host}]" if ":" in self.host else self.host
         url = f"http://{host}:{self.bound_port}/"
         self.say(f"web view of {self.title} listening on {url}"
-                 + (" (open it once as /?key=KEY; a cookie keeps it)" if self.key else "")
+                 + ((f" (open it once as {url}?key={self.key}; a cookie keeps it)" if self.shown_key
+                     else " (open it once as /?key=KEY; a cookie keeps it)") if self.key else "")
                  + "; each browser tab runs its own `specdash attach`. Ctrl+C stops.")
         await stop.wait()
         await runner.cleanup()
