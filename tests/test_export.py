@@ -73,6 +73,13 @@ def test_preset_section_uses_long_argument_names():
     assert "spec-draft-n-max = 8" in text and "ctx-size = 1024" in text
 
 
+def test_a_hostile_path_cannot_write_keys_of_its_own_into_a_preset():
+    """A remote server's /props names the files: a line break there stays in its line."""
+    text = preset_section(settings(target_path="/m/smol.gguf\n[evil]\nmodel = /tmp/x.gguf"))
+    assert "[evil]" not in text.splitlines() and "model = /tmp/x.gguf" not in text.splitlines()
+    assert "model = /m/smol.gguf\\x0a[evil]\\x0amodel = /tmp/x.gguf" in text
+
+
 def test_cli_export_from_flags_and_from_a_recording(tmp_path, smol_path):
     proc = specdash("export", "--target", "smollm2-135m", "--draft", "lookup", "--k", "6", "--threads", "2")
     assert_ok(proc)

@@ -140,7 +140,10 @@ def preset_section(st: SettingsEvent, *, k: int | None = None, name: str | None 
     i = 0
     while i < len(args):
         key = keys.get(args[i], args[i].lstrip("-"))
-        lines.append(f"{key} = {args[i + 1]}")
+        # One line per key whatever the value holds: a path read from a remote server's
+        # /props could otherwise write sections and keys of its own into the file.
+        value = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in str(args[i + 1]))
+        lines.append(f"{key} = {value}")
         i += 2
     return "\n".join(lines)
 
