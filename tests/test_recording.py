@@ -418,3 +418,20 @@ def test_r_after_a_recorded_error_plays_the_recording_again(tmp_path):
             assert app.state.stats.total.steps == 3
 
     asyncio.run(drive())
+
+
+def test_a_recording_is_the_owners_only_and_never_written_through_a_symlink(tmp_path):
+    import stat
+
+    from specdash.contract.errors import SpecdashError
+    from specdash.records.recording import Recorder
+
+    rec = Recorder(tmp_path / "mine.jsonl")
+    rec.close()
+    assert stat.S_IMODE((tmp_path / "mine.jsonl").stat().st_mode) == 0o600
+    target = tmp_path / "someone-elses.txt"
+    target.write_text("keep me")
+    (tmp_path / "planted.jsonl").symlink_to(target)
+    with pytest.raises(SpecdashError, match="planted.jsonl"):
+        Recorder(tmp_path / "planted.jsonl")
+    assert target.read_text() == "keep me"

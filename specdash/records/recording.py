@@ -61,7 +61,10 @@ class Recorder:
         self.bytes = 0
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("w", encoding="utf-8")
+            # Owner-only (prompts and answers are the user's), and never through a symlink
+            # someone else planted in a shared folder under the name we picked.
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            self._file = os.fdopen(fd, "w", encoding="utf-8")
         except OSError as exc:
             raise SpecdashError(f"--record {self.path}: cannot write it ({exc.strerror or exc})") from None
 
