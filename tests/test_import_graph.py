@@ -30,7 +30,7 @@ DOC = ROOT / "docs" / "ARCHITECTURE.md"
 EARLIER = "all earlier rows"
 LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | str]] = {
     "base": (("__init__.py", "contract/__init__.py", "contract/errors.py", "contract/paths.py",
-              "contract/limits.py", "contract/hosts.py", "contract/names.py"), ()),
+              "contract/limits.py", "contract/hosts.py", "contract/names.py", "contract/faults.py"), ()),
     "machine": (("telemetry/",), ("base",)),
     "contract": (("contract/events.py", "contract/vocabulary.py"), ("machine", "base")),
     "models": (("models/",), ("base",)),

@@ -22,6 +22,7 @@ import threading
 import time
 
 import httpx
+import psutil
 import pytest
 
 openai = pytest.importorskip("openai")
@@ -448,12 +449,33 @@ def test_the_dashboard_in_tmux_shows_a_streaming_client_and_plus_changes_its_k(t
                                "its row, with the tokens the client received", 30)
         tmux("send-keys", "-t", "e2e", "l")  # closes it (Escape then q would read as alt+q)
         tmux.wait_for(lambda s: "Generation" in s, "the dashboard again", 30)
-        tmux("send-keys", "-t", "e2e", "q")
+        # A service manager's stop mid-stream (SIGTERM), as `q` would: the client in flight
+        # gets an error event and [DONE], and the line says what was cut.
+        events: list[str] = []
+        second = threading.Thread(target=sse_payloads, args=(url, {**body, "max_tokens": 1500}, events))
+        second.start()
+        tmux.wait_for(lambda s: "1 running" in s, "a second request running", 60)
+        while len(events) < 3 and second.is_alive():
+            time.sleep(0.05)
+        (serve,) = [p for p in psutil.process_iter(["cmdline"])
+                    if "serve" in (p.info["cmdline"] or []) and str(port) in (p.info["cmdline"] or [])]
+        serve.send_signal(signal.SIGTERM)
+        second.join(60)
+        assert events[-1] == "[DONE]" and "stopped" in json.loads(events[-2])["error"]["message"], events[-3:]
         screen = tmux.wait_for(lambda s: EXIT in s, "the process exited", 30)
         assert f"{EXIT}0" in screen, screen
-        assert "stopped after 1 requests" in screen
+        assert "stopped after 2 requests; cancelled 1 (1 running, 0 waiting)" in screen, screen
     finally:
         tmux("kill-server")
+
+
+def sse_payloads(url: str, body: dict, out: list[str]) -> list[str]:
+    """A streamed completion's `data:` payloads, appended to `out` as they come."""
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=300) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                out.append(line[6:])
+    return out
 
 
 def test_attach_reads_drives_and_steers_a_specdash_server(server, client):

@@ -33,6 +33,7 @@ class Session:
     def __init__(self, gate: threading.Event | None = None):
         self.gate = gate
         self.ran: list[str] = []
+        self.settings = EngineSettings()
 
     def run_request(self, tokens, max_tokens, options):
         req = options.stop_when.__self__  # the ServedRequest whose check this is: it names the run

@@ -8,6 +8,7 @@ import functools
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from specdash.commands.common import add_engine_arguments, add_metrics_names, load_settings, stderr_progress, ui_prefs
@@ -64,6 +65,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--timeout", type=_seconds, default=600.0, metavar="S",
                    help="seconds a request may wait and run in all (default 600, as llama-server); past it a "
                    "stream ends with an error event, and a whole answer is a 504")
+    g.add_argument("--send-timeout", type=_seconds, default=30.0, metavar="S",
+                   help="seconds a streamed answer may wait for its client to read (default 30); past it "
+                   "the client is dropped and its request cancelled, so a stalled reader holds no socket")
     g.add_argument("--headless", action="store_true", help="no dashboard: log to stderr (a service, a box "
                    "without a terminal); `specdash attach URL` watches and steers it")
     g.add_argument("--parallel", default="auto", type=parse_parallel, metavar="N|auto",
@@ -172,19 +176,29 @@ def run(args: argparse.Namespace) -> int:
                       # otherwise they may run to the end of the context, as OpenAI's do.
                       max_tokens=settings.max_tokens if "max_tokens" in vars(args) else None)
     gate = Gate(bound=host, allowed_hosts=frozenset(args.allowed_host), cors=frozenset(args.cors))
-    limits = Limits(max_waiting=args.max_waiting, timeout=args.timeout,
+    limits = Limits(max_waiting=args.max_waiting, timeout=args.timeout, send_timeout=args.send_timeout,
                     max_body=args.max_body or max(BODY_FLOOR, BODY_PER_POSITION * settings.ctx))
     server = ServerThread(make_app(link, key, gate, limits), host, port)
     server.start()  # before any model loads: a taken port is one line at once
     print(f"specdash serve: listening on {server.url} (OpenAI API at {server.url}/v1); "
           f"loading {settings.target}", file=sys.stderr, flush=True)
+    cut = [0, 0]
+
+    def cancel_all() -> None:
+        """Cut what runs and waits, each client told why; counted for the last line.
+        Called as the stop begins (before the source closes and fails them itself) and
+        once more at the end."""
+        running, waiting = queue.cancel_all()
+        cut[0], cut[1] = cut[0] + running, cut[1] + waiting
+
     try:
         if args.headless:
-            code = _headless(args, config, settings, queue, link, sources)
+            code = _headless(args, config, settings, queue, link, sources, cancel_all)
         else:
-            code = _dashboard(args, config, settings, queue, link, sources)
+            code = _dashboard(args, config, settings, queue, link, sources, cancel_all)
     finally:
-        running, waiting = queue.cancel_all()
+        cancel_all()
+        running, waiting = cut
         server.stop()
         link.close()
         print(f"specdash serve: stopped after {link.served} requests; cancelled {waiting + running} "
@@ -203,7 +217,8 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _headless(args: argparse.Namespace, config: Any, settings: Any, queue: Any, link: Any, sources: list[Any]) -> int:
+def _headless(args: argparse.Namespace, config: Any, settings: Any, queue: Any, link: Any, sources: list[Any],
+              cancel_all: Callable[[], None]) -> int:
     from specdash.serve.log import EventLog
     from specdash.sources.embedded import EmbeddedSource
 
@@ -231,6 +246,7 @@ def _headless(args: argparse.Namespace, config: Any, settings: Any, queue: Any, 
         return 1 if source.error is not None else 0
     except KeyboardInterrupt:
         print("specdash serve: stopping", file=sys.stderr, flush=True)
+        cancel_all()
         return 0
     finally:
         source.close()
@@ -239,7 +255,7 @@ def _headless(args: argparse.Namespace, config: Any, settings: Any, queue: Any, 
 
 
 def _dashboard(args: argparse.Namespace, config: Any, settings: Any, queue: Any, link: Any,
-               sources: list[Any]) -> int:
+               sources: list[Any], cancel_all: Callable[[], None]) -> int:
     from specdash.commands.dashboard import QUIT_GRACE_S, attach_outputs
     from specdash.config import find_config_path
     from specdash.sources.embedded import EmbeddedSource
@@ -263,6 +279,14 @@ def _dashboard(args: argparse.Namespace, config: Any, settings: Any, queue: Any,
     app = SpecdashApp(options, source_factory=source)
     attach_outputs(app, args, config.ui.record_dir)
     sys.setswitchinterval(0.0005)  # as the dashboard: the engine thread gets the GIL back at once
+    # A service manager's stop (SIGTERM) quits as `q` does: the handler runs in the main
+    # thread, Textual's, between its steps; then run() cancels what runs and waits, and
+    # each client is told (without it the process dies and clients see a reset).
+    def terminate(signum: int, frame: Any) -> None:
+        cancel_all()
+        app.exit()
+
+    signal.signal(signal.SIGTERM, terminate)
     code = run_app(app, keymap, mouse)
     engine = app.engine_thread
     if engine is not None and engine.is_alive():

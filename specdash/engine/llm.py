@@ -19,6 +19,7 @@ from specdash.engine import repack
 from specdash.models.llamalog import clear_tail, last_log_error
 from specdash.engine.rollback import Strategy, snapshot_budget
 from specdash.engine.rollback import probe as probe_rollback
+from specdash.contract import faults
 from specdash.contract.errors import SpecdashError
 from specdash.telemetry.cpu import physical_cores
 
@@ -275,10 +276,12 @@ class LLM:
         if last:
             b.logits[i - 1] = True
         rc = ll.llama_decode(self.ctx, b)
-        if rc != 0:
+        injected = rc == 0 and faults.decode_fails()  # on purpose (contract/faults.py): the path below
+        if rc != 0 or injected:
             for seq, _, start_pos in parts:  # what llama.cpp kept of a failed batch is not known
                 self._cut_rows(start_pos, seq)
-            raise RuntimeError(f"llama_decode failed with code {rc}: {last_log_error()}")
+            why = f"injected by ${faults.ENV}" if injected else last_log_error()
+            raise RuntimeError(f"llama_decode failed with code {rc if rc else -3}: {why}")
         for seq, tokens, _ in parts:
             self._rows_of(seq).extend(tokens)
         return i if want_all else 1

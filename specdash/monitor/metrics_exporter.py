@@ -55,7 +55,8 @@ OWN = "specdash_"  # specdash's own series, under either naming
 NAMINGS = {"specdash": OWN, "vllm": "vllm:"}  # --metrics-names: the prefix of the series vLLM has too
 LABELS = ["model_name", "engine"]
 # Why serve refused a request (specdash_http_refusals_total{reason}); each starts at zero.
-REFUSALS = ("host", "origin", "content_type", "auth", "steer", "body_too_large", "queue_full", "timeout")
+REFUSALS = ("host", "origin", "content_type", "auth", "steer", "body_too_large", "queue_full", "timeout",
+            "slow_reader")
 ENGINE = "0"
 # vLLM's buckets (vllm/v1/metrics/buckets.py), so its boards' quantiles read the same.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,

@@ -19,6 +19,7 @@ import asyncio
 from dataclasses import dataclass
 import hmac
 import json
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -35,6 +36,11 @@ from specdash.serve.protocol import (Ask, BadRequest, chunk, finish_chunk, parse
 from specdash.serve.request import Done, Failed, ServedRequest, Text
 
 KEEPALIVE_S = 5.0  # an SSE comment while a streamed request waits in the queue
+# The kernel's send buffer for a stream: a token stream needs kilobytes a second, and a
+# client that stops reading then fills this much (not the megabytes autotuning allows)
+# before its write waits and --send-timeout can drop it.
+STREAM_SNDBUF = 64 * 1024
+IDLE_CONNECTION_S = 75.0  # an idle keep-alive connection is closed (aiohttp's default: an hour)
 POLL_S = 0.25  # how often a non-streamed request checks that its client is still there
 # Routes anyone may read: what a load balancer or Prometheus polls (llama-server's rule).
 PUBLIC = {"/health", "/metrics"}
@@ -53,6 +59,7 @@ class Limits:
     max_waiting: int = 64  # requests waiting beyond the batch; the next is a 429
     max_body: int = 1024 ** 2  # bytes of a request body; more is a 413 (aiohttp's own default)
     timeout: float = 600.0  # seconds a request may wait and run in all (llama-server's --timeout)
+    send_timeout: float = 30.0  # seconds a stream's write may wait for its client to read
 
 
 class Refused(BadRequest):
@@ -170,7 +177,7 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
             return await _whole(request, req)
         finally:
             if req.state in ("waiting", "running"):
-                req.cancel()  # the client left (or the handler failed): free the engine
+                link.cancel(req)  # the client left (or the handler failed): free the engine
 
     def full() -> None:
         if len(link.queue.waiting()) >= limits.max_waiting:
@@ -180,7 +187,7 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
 
     def timed_out(req: ServedRequest) -> str:
         """End a request past --timeout (waiting or running): the engine drops it within a step."""
-        req.cancel()
+        link.cancel(req)
         link.exporter.refused("timeout")
         return f"the request ran past the server's --timeout of {limits.timeout:g} s and was cancelled"
 
@@ -195,7 +202,7 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
                 if time.monotonic() >= req.deadline:
                     raise BadRequest(timed_out(req), status=504, kind="timeout_error") from None
                 if request.transport is None or request.transport.is_closing():
-                    req.cancel()
+                    link.cancel(req)
                     return web.Response(status=499)
                 continue
             if isinstance(update, Done):  # (Text updates: the whole text comes with Done)
@@ -205,12 +212,26 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
 
     async def _stream(request: web.Request, req: ServedRequest) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        sock = request.transport.get_extra_info("socket") if request.transport is not None else None
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SNDBUF)
         await resp.prepare(request)
         ask, rid, created, first = req.ask, _rid(req), int(time.time()), True
 
+        async def write(data: bytes) -> None:
+            """A write within --send-timeout: a client that stopped reading fills the
+            socket's buffers and then the write waits; past the limit it is dropped."""
+            try:
+                await asyncio.wait_for(resp.write(data), limits.send_timeout)
+            except asyncio.TimeoutError:
+                link.exporter.refused("slow_reader")
+                if request.transport is not None:
+                    request.transport.abort()
+                raise ConnectionResetError("the client stopped reading") from None
+
         async def send(obj: dict[str, Any] | str) -> None:
             data = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)
-            await resp.write(f"data: {data}\n\n".encode())
+            await write(f"data: {data}\n\n".encode())
 
         try:
             while True:
@@ -222,7 +243,7 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
                                               "param": None, "code": 504}})
                         await send("[DONE]")
                         break
-                    await resp.write(b": keep-alive\n\n")  # also finds a client that left
+                    await write(b": keep-alive\n\n")  # also finds a client that left
                     continue
                 if isinstance(update, Text):
                     await send(chunk(ask, rid, created, update.text, first=first))
@@ -240,10 +261,10 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
                                           "param": None, "code": None}})
                     await send("[DONE]")
                     break
-        except ConnectionError:  # the client left: the engine stops within a step
-            req.cancel()
+        except ConnectionError:  # the client left (or was dropped): the engine stops within a step
+            link.cancel(req)
         except asyncio.CancelledError:
-            req.cancel()
+            link.cancel(req)
             raise
         return resp
 
@@ -330,7 +351,8 @@ class ServerThread:
     async def _listen(self) -> None:
         # handler_cancellation: a non-streamed request whose client leaves is cancelled
         # (then `_generate`'s finally frees the engine) instead of decoding for nobody.
-        self._runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
+        self._runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True,
+                                     keepalive_timeout=IDLE_CONNECTION_S)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()

@@ -166,6 +166,12 @@ class EngineLink:
     def submit(self, request: ServedRequest) -> None:
         self.queue.submit(request)
 
+    def cancel(self, request: ServedRequest) -> None:
+        """Its client left or its time ran out: a running request stops within a step, a
+        waiting one leaves the line now (no longer counted, its tokens freed)."""
+        request.cancel()
+        self.queue.drop(request)
+
     def metrics(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 

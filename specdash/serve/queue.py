@@ -11,6 +11,8 @@ screen, `num_requests_waiting`).
 
 from __future__ import annotations
 
+from collections import deque
+
 from specdash.serve.request import ServedRequest
 from specdash.sources.embedded import SERVER_TURNS, PromptQueue, WorkItem
 
@@ -20,6 +22,16 @@ class ServeQueue(PromptQueue):
 
     def submit(self, request: ServedRequest) -> None:
         self.push(WorkItem(request.title, request.text, request.max_tokens, request=request))
+
+    def drop(self, request: ServedRequest) -> bool:
+        """Take a waiting request out of the line (its client left): True if it waited."""
+        with self._cond:
+            kept = deque(item for item in self._typed if item.request is not request)
+            dropped = len(kept) != len(self._typed)
+            self._typed = kept
+        if dropped:
+            self.on_change()
+        return dropped
 
     def adopt(self, other: PromptQueue) -> ServeQueue:
         """This queue, reopened, with `other`'s waiting prompts (typed with `n`) at its end."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
+import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
@@ -79,6 +80,11 @@ def request_options(req: Served) -> RunOptions:
 
 class SessionLike(Protocol):
     """What the source needs of a session (specdash.sources.session.Session; tests pass fakes)."""
+
+    @property
+    def settings(self) -> EngineSettings:
+        """The live settings: what a reload after an engine fault starts from."""
+        ...
 
     def run(self, prompt: str, max_tokens: int | None = None) -> Iterator[Event]: ...
 
@@ -152,12 +158,21 @@ class Turns:
     kept_on_close: bool  # what waits when the source closes runs in the next (a restart)
     batched: bool  # requests share one target batch when the session runs several
     idle: str  # the status line while nothing waits
+    # An engine failure mid-run fails what runs, and the engine reloads for what waits
+    # (a server's clients); else it is the source's error (the dashboard's `r` reloads).
+    survives_faults: bool = False
 
 
 DASHBOARD_TURNS = Turns(cut_in=True, reported=False, kept_on_close=False, batched=False,
                         idle="Done. Press n for a new prompt.")
 SERVER_TURNS = Turns(cut_in=False, reported=True, kept_on_close=True, batched=True,
-                     idle="Waiting for requests (n queues one here).")
+                     idle="Waiting for requests (n queues one here).", survives_faults=True)
+FAULTS_PER_MINUTE = 3  # more engine faults than this in a minute: the engine stays down
+
+
+class EngineFault(Exception):
+    """The engine failed mid-run (llama_decode, a drafter's bug): what ran was failed with
+    this message; the session is rebuilt (its rows may not be what it believes)."""
 
 
 class PromptQueue:
@@ -349,23 +364,38 @@ class EmbeddedSource:
 
     # --- the thread ------------------------------------------------------------------
     def _body(self) -> None:
+        faults: list[float] = []
         try:
             self._emit(E.StatusEvent("loading", f"loading {self._settings.target}", t=E.now()))
-            session = self._make_session(self._settings, self._progress)
-            with self._lock:  # held while sending, so later commands cannot overtake these
-                self.session = session
-                for cmd in self._pending:
-                    session.send(cmd)
-                self._pending = []
-            for ev in self._on_session(session) or ():
-                self._emit(ev)
-            self._emit(E.StatusEvent("ready", t=E.now()))
-            try:
-                self._loop(session)
-            finally:
-                with self._lock:
-                    self.session = None
-                session.close()
+            while True:
+                session = self._make_session(self._settings, self._progress)
+                with self._lock:  # held while sending, so later commands cannot overtake these
+                    self.session = session
+                    for cmd in self._pending:
+                        session.send(cmd)
+                    self._pending = []
+                for ev in self._on_session(session) or ():
+                    self._emit(ev)
+                self._emit(E.StatusEvent("ready", t=E.now()))
+                try:
+                    self._loop(session)
+                    break
+                except EngineFault as fault:
+                    now = time.monotonic()
+                    faults = [t for t in faults if now - t < 60.0] + [now]
+                    if len(faults) > FAULTS_PER_MINUTE:
+                        raise SpecdashError(f"{fault}; {len(faults)} engine faults within a minute, so the "
+                                            "engine stays down (r reloads it)") from fault
+                    # What the steering route and the keys changed is kept across the reload.
+                    self._settings = session.settings
+                    self._emit(E.NoticeEvent("error", f"{fault}; the engine reloads, and the requests waiting "
+                                             "run after it", t=E.now()))
+                    self._emit(E.StatusEvent("loading", f"reloading {self._settings.target} after an "
+                                             "engine fault", t=E.now()))
+                finally:
+                    with self._lock:
+                        self.session = None
+                    session.close()
             self._emit(E.StatusEvent("ended", t=E.now()))
         except ShutdownRequested:
             pass
@@ -435,6 +465,13 @@ class EmbeddedSource:
             # it is answered with the reason and the server goes on.
             request.fail(str(exc))
             self._emit(E.NoticeEvent("warning", f"{item.title} failed: {exc}", t=E.now()))
+        except Exception as exc:
+            if not self.prompts.turns.survives_faults:
+                raise
+            message = f"the engine failed on {item.title} ({type(exc).__name__}: {exc})"
+            if request is not None:
+                request.fail(message)
+            raise EngineFault(message) from exc
         finally:
             if isinstance(events, Generator):  # run its cleanup now, not at GC
                 events.close()
@@ -455,6 +492,7 @@ class EmbeddedSource:
         runner = session.batch(session.width)
         batch: dict[str, WorkItem] = {}  # by tag: the requests in the batch
         item: WorkItem | None = first
+        why = "the engine stopped before this request finished"
         try:
             while not self._shutdown.is_set():
                 while item is not None:
@@ -468,10 +506,17 @@ class EmbeddedSource:
                 for ev in runner.step():
                     self._batch_event(batch, ev)
                 item = self.prompts.pop_nowait() if runner.free else None
+        except SpecdashError:
+            raise
+        except Exception as exc:
+            if not self.prompts.turns.survives_faults:
+                raise
+            why = f"the engine failed on a batch of {len(batch)} ({type(exc).__name__}: {exc})"
+            raise EngineFault(why) from exc
         finally:
             for done in batch.values():
                 if done.request is not None:
-                    done.request.fail("the engine stopped before this request finished")
+                    done.request.fail(why)
             batch.clear()
             self.prompts.batch = ()
             with self._lock:
