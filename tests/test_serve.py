@@ -469,12 +469,15 @@ def test_the_dashboard_in_tmux_shows_a_streaming_client_and_plus_changes_its_k(t
         tmux("kill-server")
 
 
-def sse_payloads(url: str, body: dict, out: list[str]) -> list[str]:
-    """A streamed completion's `data:` payloads, appended to `out` as they come."""
+def sse_payloads(url: str, body: dict, out: list[str], started: threading.Event | None = None) -> list[str]:
+    """A streamed completion's `data:` payloads, appended to `out` as they come;
+    `started` is set once three have come (the stream is decoding)."""
     with httpx.stream("POST", url + "/v1/completions", json=body, timeout=300) as r:
         for line in r.iter_lines():
             if line.startswith("data: "):
                 out.append(line[6:])
+                if started is not None and len(out) >= 3:
+                    started.set()
     return out
 
 

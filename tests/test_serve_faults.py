@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from test_serve import _metric, start_server, stop_server
+from test_serve import _metric, sse_payloads, start_server, stop_server
 
 LONG = {"prompt": "Count: 1, 2, 3,", "max_tokens": 1900, "temperature": 0}
 
@@ -36,13 +36,15 @@ def server(fault_file):
     assert stop_server(proc) == 0, "".join(lines)
 
 
-def stream(url: str, body: dict, out: list[str], started: threading.Event | None = None) -> None:
-    with httpx.stream("POST", url + "/v1/completions", json={**body, "stream": True}, timeout=300) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: "):
-                out.append(line[6:])
-                if started is not None and len(out) >= 3:
-                    started.set()
+def long_stream(url: str) -> tuple[threading.Thread, list[str]]:
+    """A long streamed completion in a thread, returned once it is decoding, with the
+    payloads it receives."""
+    events: list[str] = []
+    started = threading.Event()
+    thread = threading.Thread(target=sse_payloads, args=(url, {**LONG, "stream": True}, events, started))
+    thread.start()
+    assert started.wait(60)
+    return thread, events
 
 
 def wait_until(what, timeout: float = 60) -> None:
@@ -54,11 +56,7 @@ def wait_until(what, timeout: float = 60) -> None:
 
 def test_an_engine_fault_fails_the_request_running_and_the_waiting_one_runs(server, fault_file):
     url, lines = server
-    events: list[str] = []
-    started = threading.Event()
-    a = threading.Thread(target=stream, args=(url, LONG, events, started))
-    a.start()
-    assert started.wait(60)
+    a, events = long_stream(url)
     waited: list[httpx.Response] = []
     b = threading.Thread(target=lambda: waited.append(httpx.post(
         url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 4, "temperature": 0}, timeout=300)))
@@ -98,11 +96,7 @@ def test_a_client_that_stops_reading_is_dropped_and_its_request_cancelled(server
 
 def test_a_waiting_request_whose_client_leaves_is_out_of_the_line_at_once(server):
     url, _ = server
-    events: list[str] = []
-    started = threading.Event()
-    a = threading.Thread(target=stream, args=(url, LONG, events, started))
-    a.start()
-    assert started.wait(60)
+    a, events = long_stream(url)
 
     def leave() -> None:
         with pytest.raises(httpx.TimeoutException):
@@ -123,12 +117,7 @@ def test_a_waiting_request_whose_client_leaves_is_out_of_the_line_at_once(server
 def test_a_fault_in_a_batch_fails_the_batch_and_the_next_request_runs(fault_file):
     proc, url, lines = serve(fault_file, "--parallel", "2")
     try:
-        outs: list[list[str]] = [[], []]
-        started = [threading.Event(), threading.Event()]
-        streams = [threading.Thread(target=stream, args=(url, LONG, outs[i], started[i])) for i in range(2)]
-        for t in streams:
-            t.start()
-        assert all(s.wait(60) for s in started)
+        streams, outs = zip(*(long_stream(url) for _ in range(2)))  # both in the batch at once
         fault_file.touch()
         for t in streams:
             t.join(120)

@@ -160,11 +160,11 @@ class Turns:
     idle: str  # the status line while nothing waits
     # An engine failure mid-run fails what runs, and the engine reloads for what waits
     # (a server's clients); else it is the source's error (the dashboard's `r` reloads).
-    survives_faults: bool = False
+    survives_faults: bool
 
 
 DASHBOARD_TURNS = Turns(cut_in=True, reported=False, kept_on_close=False, batched=False,
-                        idle="Done. Press n for a new prompt.")
+                        idle="Done. Press n for a new prompt.", survives_faults=False)
 SERVER_TURNS = Turns(cut_in=False, reported=True, kept_on_close=True, batched=True,
                      idle="Waiting for requests (n queues one here).", survives_faults=True)
 FAULTS_PER_MINUTE = 3  # more engine faults than this in a minute: the engine stays down
