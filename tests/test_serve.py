@@ -449,6 +449,44 @@ def test_the_dashboard_in_tmux_shows_a_streaming_client_and_plus_changes_its_k(t
                                "its row, with the tokens the client received", 30)
         tmux("send-keys", "-t", "e2e", "l")  # closes it (Escape then q would read as alt+q)
         tmux.wait_for(lambda s: "Generation" in s, "the dashboard again", 30)
+        # A model swap from the dashboard (`d`, a GGUF path) while 20 requests wait: none is
+        # lost, and each greedy answer is what the one before the swap was.
+        answers: list[tuple[int, int, str]] = []
+
+        def ask(tokens: int) -> None:
+            r = httpx.post(url + "/v1/completions", timeout=300,
+                           json={"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", "max_tokens": tokens, "temperature": 0})
+            answers.append((tokens, r.status_code, r.json()["choices"][0]["text"] if r.status_code == 200 else r.text))
+
+        def drafter() -> str:
+            return httpx.get(url + "/props").json()["default_generation_settings"]["speculative"]["drafter"]
+
+        assert drafter() == "lookup"
+        first = threading.Thread(target=ask, args=(400,))
+        first.start()
+        tmux.wait_for(lambda s: "1 running" in s, "a long request running", 60)
+        tmux("send-keys", "-t", "e2e", "Space")  # paused, so that the line holds while the test types
+        tmux.wait_for(lambda s: "paused" in s, "the engine paused", 30)
+        waiting = [threading.Thread(target=ask, args=(12,)) for _ in range(20)]
+        for t in waiting:
+            t.start()
+        tmux.wait_for(lambda s: "20 waiting" in s, "20 requests waiting", 60)
+        tmux("send-keys", "-t", "e2e", "d")
+        tmux.wait_for(lambda s: "Draft source (now:" in s and " found in " in s, "the picker, its scan done", 120)
+        draft = str(model_path("smollm2-135m"))
+        time.sleep(1)  # the picker mounted and focused before Tab moves the focus to its path field
+        tmux("send-keys", "-t", "e2e", "Tab")
+        tmux("send-keys", "-t", "e2e", "-l", draft)
+        tmux.wait_for(lambda s: draft[-20:] in s, "the path typed", 30)
+        tmux("send-keys", "-t", "e2e", "Enter")
+        tmux.wait_for(lambda s: "Draft source (now:" not in s, "the picker closed", 30)
+        tmux("send-keys", "-t", "e2e", "Space")
+        for t in [first, *waiting]:
+            t.join(300)
+        assert len(answers) == 21 and {code for _, code, _ in answers} == {200}, answers
+        assert len({text for tokens, _, text in answers if tokens == 12}) == 1, answers  # greedy, whatever drafted
+        assert drafter() != "lookup"  # the swap took: a draft model now
+        tmux.wait_for(lambda s: "0 running, 0 waiting" in s, "the line empty again", 60)
         # A service manager's stop mid-stream (SIGTERM), as `q` would: the client in flight
         # gets an error event and [DONE], and the line says what was cut.
         events: list[str] = []
@@ -464,7 +502,7 @@ def test_the_dashboard_in_tmux_shows_a_streaming_client_and_plus_changes_its_k(t
         assert events[-1] == "[DONE]" and "stopped" in json.loads(events[-2])["error"]["message"], events[-3:]
         screen = tmux.wait_for(lambda s: EXIT in s, "the process exited", 30)
         assert f"{EXIT}0" in screen, screen
-        assert "stopped after 2 requests; cancelled 1 (1 running, 0 waiting)" in screen, screen
+        assert "stopped after 23 requests; cancelled 1 (1 running, 0 waiting)" in screen, screen
     finally:
         tmux("kill-server")
 
