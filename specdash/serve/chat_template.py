@@ -18,11 +18,20 @@ from __future__ import annotations
 
 import re
 import secrets
+import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Union
 
 from specdash.contract.errors import SpecdashError
 from specdash.engine.llm import LLM
+
+
+# A turn as a template reads it ({role, content, tool_calls...}), or (role, content).
+Turn = Union[dict[str, Any], tuple[str, str]]
+
+
+def _turns(messages: Sequence[Turn]) -> list[dict[str, Any]]:
+    return [dict(m) if isinstance(m, dict) else {"role": m[0], "content": m[1]} for m in messages]
 
 
 class ChatTemplate:
@@ -67,29 +76,58 @@ class ChatTemplate:
         except Exception:  # other errors: per request (a template may refuse this one role order)
             pass
 
-    def render(self, messages: Sequence[tuple[str, str]]) -> str:
-        """The conversation's text, ready for the assistant's turn."""
+    def render(self, messages: Sequence[Turn], tools: list[dict[str, Any]] | None = None) -> str:
+        """The conversation's text, ready for the assistant's turn; `tools` described by
+        the template, as it writes them."""
+        turns = _turns(messages)
         text = None
         if self._formatter is not None:
             try:
-                text = self._formatter(messages=[{"role": r, "content": c} for r, c in messages]).prompt
+                text = self._formatter(messages=turns, tools=tools or None).prompt
             except Exception:  # the template raised (e.g. it refuses a role order)
                 text = None
         if text is None:
-            text = self.vocab.chat_text(messages)  # SpecdashError: llama.cpp knows no format either
+            if tools or any(t.get("tool_calls") or t["role"] == "tool" for t in turns):
+                raise SpecdashError(self.no_tools())
+            text = self.vocab.chat_text([(t["role"], t["content"]) for t in turns])  # SpecdashError: no format
         return text
 
-    def tokens(self, messages: Sequence[tuple[str, str]]) -> list[int]:
+    def supports_tools(self) -> bool:
+        """Whether the template describes tools at all: a render with one differs from one
+        without (llama-server's autoparser diffs renders the same way)."""
+        if self._formatter is None:
+            return False
+        probe = [{"type": "function", "function": {"name": "specdash_probe", "parameters": {"type": "object"}}}]
+        turns = [{"role": "user", "content": "hi"}]
+        try:
+            return "specdash_probe" in self._formatter(messages=turns, tools=probe).prompt
+        except Exception:
+            return False
+
+    def no_tools(self) -> str:
+        return (f"'tools': the chat template of {self.vocab.path.name} has no tool calls (it does not describe "
+                "tools); serve a model whose template does, e.g. qwen2.5-coder-1.5b")
+
+    def tokens(self, messages: Sequence[Turn], tools: list[dict[str, Any]] | None = None) -> list[int]:
         """The conversation's tokens, ready for the assistant's turn. Only the template's own
         markup becomes control tokens: a message's content is text, whatever it holds."""
-        text = self.render(messages)
+        turns = _turns(messages)
+        if tools and not self.supports_tools():
+            raise SpecdashError(self.no_tools())
+        text = self.render(turns, tools)
         # A template that writes the BOS itself must not get a second one from the tokenizer.
         starts_with_bos = bool(self._bos) and text.startswith(self._bos)
-        if not any(self._has_control(c) for _, c in messages):
+        # Tools and earlier calls are the client's text too, but the template writes them as
+        # JSON around its markup: one that spells a control token is refused, not kept.
+        for where, value in (("tools", tools), ("messages", [t.get("tool_calls") for t in turns])):
+            if value and self._has_control(json.dumps(value, ensure_ascii=False)):
+                raise SpecdashError(f"{where}: a tool's definition or an earlier call spells one of the model's "
+                                    "special tokens (e.g. <|im_start|>); remove it")
+        if not any(self._has_control(t["content"]) for t in turns):
             # As llama-server tokenizes (the whole text, special tokens parsed): the same
             # tokens, since no content spells one.
             return self.vocab.tokenize(text, add_special=not starts_with_bos)
-        return self._as_text(messages, text, add_special=not starts_with_bos)
+        return self._as_text(turns, text, tools, add_special=not starts_with_bos)
 
     def _has_control(self, content: str) -> bool:
         """Content that spells a special token (`<|im_start|>`): parsed, it would be one."""
@@ -97,14 +135,18 @@ class ChatTemplate:
         return bool(content) and v.tokenize(content, add_special=False) != v.tokenize(content, add_special=False,
                                                                                        parse_special=False)
 
-    def _as_text(self, messages: Sequence[tuple[str, str]], text: str, add_special: bool) -> list[int]:
+    def _as_text(self, turns: list[dict[str, Any]], text: str, tools: list[dict[str, Any]] | None,
+                 add_special: bool) -> list[int]:
         """The conversation rendered with a marker for each content, so the markup between
         them is tokenized with special tokens parsed and each content without."""
         tag = secrets.token_hex(8)
-        marks = [f"\ue000{tag}:{i}\ue001" for i in range(len(messages))]
-        marked = self.render([(r, m) for (r, _), m in zip(messages, marks)])
+        # (An empty content stays empty: a template may write nothing for it, as Qwen2.5's
+        # does for a tool call's turn.)
+        marked = self.render([{**t, "content": f"\ue000{tag}:{i}\ue001" if t["content"] else ""}
+                              for i, t in enumerate(turns)], tools)
         parts = re.split(f"\ue000{tag}:(\\d+)\ue001", marked)  # markup, index, markup, index, ...
-        pieces = [(parts[i], True) if i % 2 == 0 else (messages[int(parts[i])][1], False) for i in range(len(parts))]
+        pieces = [(parts[i], True) if i % 2 == 0 else (turns[int(parts[i])]["content"], False)
+                  for i in range(len(parts))]
         if "".join(p for p, _ in pieces) != text:  # the template rewrites content (trims it, splits it)
             raise SpecdashError("messages: a message's content spells one of the model's special tokens "
                                 "(e.g. <|im_start|>) and this model's chat template rewrites content, so it "

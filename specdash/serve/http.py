@@ -31,9 +31,9 @@ from specdash.contract.errors import SpecdashError
 from specdash.contract.hosts import is_loopback_address
 from specdash.serve.gate import PROXIED, Gate, json_body
 from specdash.serve.link import EngineLink
-from specdash.serve.protocol import (Ask, BadRequest, chunk, finish_chunk, parse_chat, parse_completion, response,
-                                     usage_chunk)
-from specdash.serve.request import Done, Failed, ServedRequest, Text
+from specdash.serve.protocol import (Ask, BadRequest, call_chunk, chunk, finish_chunk, parse_chat, parse_completion,
+                                     response, usage_chunk)
+from specdash.serve.request import CallPart, Done, Failed, ServedRequest, Text
 
 KEEPALIVE_S = 5.0  # an SSE comment while a streamed request waits in the queue
 # The kernel's send buffer for a stream: a token stream needs kilobytes a second, and a
@@ -162,9 +162,10 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
         if not link.ready:
             raise BadRequest(f"the model is {link.status}; try again when /health says ok",
                              status=503, kind="unavailable_error")
-        link.check_model(ask)
         full()
-        ask.model = ask.model or link.model_id  # responses name the model served
+        # Any name is served, as llama-server does (clients come configured with "gpt-4o");
+        # responses, like /v1/models, name the model that answered.
+        ask.model = link.model_id
         ask.max_tokens = ask.max_tokens or link.max_tokens
         tokens = link.tokens_for(ask)  # BadRequest: too long for the context, an unknown drafter
         full()  # again: this loop is the only one that adds, so nothing adds between here and submit
@@ -206,7 +207,8 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
                     return web.Response(status=499)
                 continue
             if isinstance(update, Done):  # (Text updates: the whole text comes with Done)
-                return web.json_response(response(req.ask, _rid(req), update.text, update.outcome, update.tokens))
+                return web.json_response(response(req.ask, _rid(req), update.text, update.outcome, update.tokens,
+                                                  update.calls))
             elif isinstance(update, Failed):
                 raise BadRequest(update.message, status=500, kind="server_error")
 
@@ -247,6 +249,9 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
                     continue
                 if isinstance(update, Text):
                     await send(chunk(ask, rid, created, update.text, first=first))
+                    first = False
+                elif isinstance(update, CallPart):
+                    await send(call_chunk(ask, rid, created, update.delta, first=first))
                     first = False
                 elif isinstance(update, Done):
                     if first and ask.kind == "chat":

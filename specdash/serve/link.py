@@ -59,7 +59,6 @@ class EngineLink:
         self.n_ctx = n_ctx
         self.max_tokens = max_tokens  # for requests that send none (None: up to the context)
         self._send = send
-        self._aliases = {a for a in aliases if a}
         self.status = "loading"  # loading | calibrating | ok | error
         # What /v1/models lists and responses name: a registry name as given, a file by its stem.
         first = next(iter(aliases), "specdash")
@@ -92,7 +91,6 @@ class EngineLink:
             self._vocab = LLM(path, vocab_only=True)
             self._template = ChatTemplate(self._vocab)
             refused = self._template.notice
-        self._aliases |= {path.name, path.stem}
         if refused:
             yield E.NoticeEvent("warning", refused, t=E.now())
         self._drafters = session.drafter_unavailable
@@ -136,11 +134,6 @@ class EngineLink:
                 self.served += 1
 
     # --- the HTTP thread --------------------------------------------------------------------
-    def check_model(self, ask: Ask) -> None:
-        if ask.model and ask.model not in self._aliases and ask.model != self.model_id:
-            raise BadRequest(f"model {ask.model!r} is not served here; this server serves {self.model_id!r} "
-                             f"(GET /v1/models)", "model")
-
     def tokens_for(self, ask: Ask) -> list[int]:
         with self._vocab_lock:
             vocab, template = self._vocab, self._template
@@ -148,9 +141,11 @@ class EngineLink:
                 raise BadRequest("the model is still loading", status=503, kind="unavailable_error")
             if ask.kind == "chat":
                 try:
-                    tokens = template.tokens(ask.messages)
+                    tools = ask.tools.tools if ask.tools is not None and ask.tools.choice != "none" else None
+                    tokens = template.tokens(ask.messages, tools)
                 except SpecdashError as exc:
-                    raise BadRequest(str(exc), "messages") from None
+                    said = str(exc)
+                    raise BadRequest(said, "tools" if said.startswith(("'tools'", "tools:")) else "messages") from None
             else:
                 tokens = vocab.tokenize(ask.prompt)
         field = "messages" if ask.kind == "chat" else "prompt"

@@ -1,10 +1,11 @@
 """OpenAI's request and response shapes, checked and built here (no HTTP, no engine).
 
 A request body becomes a `Ask` (what to generate and how) or a `BadRequest` that names
-the field, in OpenAI's error format. Fields a client may send that specdash does not use
-(`n` of 1, `user`, `logprobs` of false, ...) are ignored, as OpenAI's own servers ignore
-unknown ones. llama-server's per-request speculative keys (`speculative.n_max`, ...) are
-read here too, so the openai SDK can send them through `extra_body`.
+the field, in OpenAI's error format. Every field is in serve/fields.py's table: honoured,
+accepted (read, changes nothing: `user`, `store`), or refused by name when it asks for
+what specdash cannot do (`n: 2`, `logprobs: true`); a field not in the table is refused
+too, never ignored. llama-server's per-request speculative keys (`speculative.n_max`,
+...) are read here too, so the openai SDK can send them through `extra_body`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdash.contract.limits import K_CAP
+from specdash.serve.fields import check_fields
+from specdash.serve.tools import CallDelta, ToolAsk, history_calls, parse_tools
 
 MAX_STOPS = 16  # stop strings per request (OpenAI allows 4; llama-server any number)
 # A stop string's length: the engine looks for each one at every step, so their length
@@ -60,10 +63,13 @@ class Ask:
     kind: str  # "chat" | "completion"
     model: str
     prompt: str = ""  # completion: the text
-    messages: list[tuple[str, str]] = field(default_factory=list)  # chat: (role, content)
+    # chat: {role, content} as the template reads them (with tool_calls, tool_call_id)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: ToolAsk | None = None  # chat: the tools offered, when the model may call them
     max_tokens: int | None = None  # None: up to the context
     temperature: float | None = None  # None: the server's (the dashboard's `t`)
     top_p: float | None = None
+    top_k: int | None = None
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     stream: bool = False
@@ -79,6 +85,8 @@ class Ask:
             out["temperature"] = self.temperature
         if self.top_p is not None:
             out["top_p"] = self.top_p
+        if self.top_k is not None:
+            out["top_k"] = self.top_k
         spec = self.speculation
         if spec.n_max is not None:
             out["k_max"] = spec.n_max
@@ -143,6 +151,7 @@ def _speculation(body: dict[str, Any]) -> Speculation:
 def _common(body: Any, kind: str) -> Ask:
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
+    check_fields(body, kind)
     model = body.get("model", "")
     if not isinstance(model, str):
         raise BadRequest("'model' must be a string", "model")
@@ -155,12 +164,17 @@ def _common(body: Any, kind: str) -> Ask:
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise BadRequest("'stream_options' must be an object", "stream_options")
+    for key in options:
+        if key != "include_usage":
+            raise BadRequest(f"'stream_options.{key}' is not taken (include_usage is); it is refused rather than "
+                             "ignored", f"stream_options.{key}")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     ask = Ask(
         kind=kind, model=model,
         max_tokens=_number({"max_tokens": max_tokens}, "max_tokens", 1, MAX_TOKENS_CAP, integer=True),
         temperature=_number(body, "temperature", 0.0, 2.0),
         top_p=_number(body, "top_p", 0.0, 1.0),
+        top_k=_number(body, "top_k", 0, 1 << 20, integer=True),
         seed=_seed(body),
         stop=_stops(body.get("stop")),
         stream=stream,
@@ -217,7 +231,15 @@ def parse_chat(body: Any) -> Ask:
         if role not in ("system", "user", "assistant", "tool"):
             raise BadRequest(f"'messages[{i}].role' must be system, developer, user, assistant or tool, "
                              f"got {m['role']!r}", f"messages[{i}].role")
-        ask.messages.append((role, _content(m.get("content"), i)))
+        turn: dict[str, Any] = {"role": role, "content": _content(m.get("content"), i)}
+        if role == "assistant" and m.get("tool_calls"):
+            turn["tool_calls"] = history_calls(m["tool_calls"], i)
+        if role == "tool":
+            turn["tool_call_id"] = str(m.get("tool_call_id", ""))
+            if isinstance(m.get("name"), str):
+                turn["name"] = m["name"]
+        ask.messages.append(turn)
+    ask.tools = parse_tools(body)
     return ask
 
 
@@ -260,11 +282,17 @@ class Outcome:
         }
 
 
-def response(ask: Ask, rid: str, text: str, out: Outcome, tokens: list[int] | None = None) -> dict[str, Any]:
-    """The whole (non-streamed) response; `tokens` with `return_tokens`."""
+def response(ask: Ask, rid: str, text: str, out: Outcome, tokens: list[int] | None = None,
+             calls: list[Any] | None = None) -> dict[str, Any]:
+    """The whole (non-streamed) response; `tokens` with `return_tokens`; `calls`: the tool
+    calls read from the text (serve/tools.Call)."""
     created = int(time.time())
     if ask.kind == "chat":
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:
+            # OpenAI's shape: content null when the answer is only calls.
+            message = {"role": "assistant", "content": text or None, "tool_calls": [c.body() for c in calls]}
+        choice: dict[str, Any] = {"index": 0, "message": message,
                                   "logprobs": None, "finish_reason": out.finish_reason}
         obj = "chat.completion"
     else:
@@ -304,6 +332,13 @@ def chunk(ask: Ask, rid: str, created: int, text: str | None, finish: str | None
         choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
         obj = "text_completion"
     return {"id": rid, "object": obj, "created": created, "model": ask.model, "choices": [choice]}
+
+
+def call_chunk(ask: Ask, rid: str, created: int, delta: CallDelta, *, first: bool = False) -> dict[str, Any]:
+    """A streamed tool call's head or arguments fragment (`delta.tool_calls`)."""
+    body = chunk(ask, rid, created, None, first=first)
+    body["choices"][0]["delta"]["tool_calls"] = [delta.body()]
+    return body
 
 
 def usage_chunk(ask: Ask, rid: str, created: int, out: Outcome) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any
 from specdash.contract import events as E
 from specdash.serve.protocol import Ask, Outcome
 from specdash.serve.stops import StopText
+from specdash.serve.tools import Call, CallDelta, CallReader
 
 _ids = itertools.count(1)
 
@@ -39,10 +40,16 @@ class Text:
 
 
 @dataclass(slots=True)
+class CallPart:
+    delta: CallDelta  # a tool call's head or a fragment of its arguments
+
+
+@dataclass(slots=True)
 class Done:
     outcome: Outcome
     text: str  # all the text the client was sent
     tokens: list[int]  # every token generated (a stop string's own included)
+    calls: list[Call] = field(default_factory=list)  # the tool calls read from the text
 
 
 @dataclass(slots=True)
@@ -50,7 +57,7 @@ class Failed:
     message: str
 
 
-Update = Text | Done | Failed
+Update = Text | CallPart | Done | Failed
 
 
 @dataclass(eq=False)
@@ -67,6 +74,9 @@ class ServedRequest:
 
     def __post_init__(self) -> None:
         self._stops = StopText(self.ask.stop)
+        tools = self.ask.tools
+        # Calls are read from the text only where the model was told of tools.
+        self._calls = CallReader(parallel=tools.parallel, names=tuple(tools.names)) if tools is not None and tools.choice == "auto" else None
         self._sent: list[str] = []
         self._tokens: list[int] = []
         self.outcome = Outcome(n_prompt=len(self.tokens))
@@ -75,12 +85,15 @@ class ServedRequest:
     @property
     def title(self) -> str:
         who = f" from {self.client}" if self.client else ""
-        return f"{self.ask.kind} #{self.id}{who}"
+        # The request's kind as the dashboard and attach show it: a chat offering tools
+        # reads "chat+tools", so the requests screen tells agents' turns apart.
+        kind = f"{self.ask.kind}+tools" if self.ask.tools is not None and self.ask.tools.choice == "auto" else self.ask.kind
+        return f"{kind} #{self.id}{who}"
 
     @property
     def text(self) -> str:
         """What the generation panel shows as the prompt: the last message or the prompt."""
-        return self.ask.messages[-1][1] if self.ask.messages else self.ask.prompt
+        return self.ask.messages[-1]["content"] if self.ask.messages else self.ask.prompt
 
     @property
     def max_tokens(self) -> int | None:
@@ -110,7 +123,8 @@ class ServedRequest:
         """Why generation must end before the next step ("" to go on)."""
         if self._cancel.is_set():
             return "cancelled"
-        return "stop" if self._stops.stopped else ""
+        # One call asked for (parallel_tool_calls false) and made: the answer is complete.
+        return "stop" if self._stops.stopped or (self._calls is not None and self._calls.done) else ""
 
     def feed(self, ev: E.Event) -> None:
         match ev:
@@ -122,16 +136,20 @@ class ServedRequest:
                 self._send(self._stops.feed(ev.text))
             case E.Summary():
                 self._send(self._stops.flush())
+                if self._calls is not None:
+                    self._pass(self._calls.flush())
                 o = self.outcome
                 o.n_generated = ev.n_generated
                 o.finish_reason = FINISH.get(ev.stop_reason, ABORTED)
+                if o.finish_reason == "stop" and self._calls is not None and self._calls.calls:
+                    o.finish_reason = "tool_calls"
                 if o.finish_reason == ABORTED:
                     by = "stopped by the server's operator" if ev.stop_reason == "stopped" else ev.stop_reason
                     o.error = f"the answer was cut short ({by}) after {ev.n_generated} tokens"
                 o.decode_ms = ev.decode_s * 1e3
                 o.draft_n, o.draft_n_accepted = ev.num_draft_tokens, ev.num_accepted_tokens
                 self.state = "done"
-                self._put(Done(o, "".join(self._sent), self._tokens))
+                self._put(Done(o, "".join(self._sent), self._tokens, self._calls.calls if self._calls else []))
 
     def fail(self, message: str) -> None:
         """The engine could not run it (the HTTP side answers 500 with `message`)."""
@@ -141,8 +159,16 @@ class ServedRequest:
 
     def _send(self, text: str) -> None:
         if text:
-            self._sent.append(text)
-            self._put(Text(text))
+            self._pass(self._calls.feed(text) if self._calls is not None else [text])
+
+    def _pass(self, parts: list[str | CallDelta]) -> None:
+        for part in parts:
+            if isinstance(part, str):
+                if part:
+                    self._sent.append(part)
+                    self._put(Text(part))
+            else:
+                self._put(CallPart(part))
 
     def _put(self, update: Update) -> None:
         try:
