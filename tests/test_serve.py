@@ -246,10 +246,8 @@ def _post(url: str, path: str, body: object, **kw) -> httpx.Response:
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, "logprobs"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "frobnicate": 1}, "frobnicate"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
-                              "response_format": {"type": "json_schema", "json_schema": {"schema": {}}}},
+                              "response_format": {"type": "json_schema", "json_schema": {"schema": {"not": {}}}}},
      "response_format"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": [
-        {"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}, "tool_choice"),
     # SmolLM2's template describes no tools: a request with tools is told so.
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": [
         {"type": "function", "function": {"name": "f"}}]}, "tools"),

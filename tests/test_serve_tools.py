@@ -102,3 +102,30 @@ def test_the_next_turn_carries_the_call_and_its_result_through_the_template(clie
         vocab.close()
     # The rows the first turn left (its prompt) are reused.
     assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 1
+
+
+TWO = TOOLS + [{"type": "function", "function": {
+    "name": "get_time", "description": "The time in a time zone",
+    "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"],
+                   "additionalProperties": False}}}]
+
+
+@pytest.mark.parametrize("choice,name", [("required", None), ({"type": "function", "function": {"name": "get_time"}},
+                                                              "get_time")])
+def test_a_required_or_named_call_is_enforced_whole_and_streamed(client, choice, name):
+    """A grammar makes the answer a call: it parses, names a tool (the one named), and its
+    arguments validate against that tool's schema; streamed, the SDK joins the same call."""
+    import jsonschema
+
+    whole = client.chat.completions.create(model="m", messages=ASK, tools=TWO, tool_choice=choice, temperature=0)
+    assert whole.choices[0].finish_reason == "tool_calls"
+    (call,) = whole.choices[0].message.tool_calls
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TWO}
+    assert call.function.name == (name or call.function.name) and call.function.name in schemas
+    jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])
+    with client.chat.completions.stream(model="m", messages=ASK, tools=TWO, tool_choice=choice,
+                                        temperature=0) as stream:
+        for _ in stream:
+            pass
+        (streamed,) = stream.get_final_completion().choices[0].message.tool_calls
+    assert (streamed.function.name, streamed.function.arguments) == (call.function.name, call.function.arguments)

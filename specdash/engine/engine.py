@@ -35,6 +35,7 @@ from specdash.engine.settings import EngineSettings, SettingError
 from specdash.engine.stats import SpecCounters
 from specdash.engine.target_costs import TargetCosts
 from specdash.engine.supports import ALWAYS
+from specdash.engine.grammar import Grammar
 from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
 from specdash.contract.errors import SpecdashError
 from specdash.contract.events import Event, NoticeEvent, PrefillEvent, SettingsEvent, StepEvent, Summary
@@ -64,6 +65,9 @@ class RunOptions:
     # Rows decoded in other batch shapes may round differently: greedy output may then
     # differ from a fresh prefill's at a near-tie, as a speculative step's may.
     reuse_rows: bool = False
+    # The run's grammar (a JSON schema, a tool call): every step's draft is cut where it
+    # forbids a token and each verify row masked by it (engine/grammar.py says why exact).
+    grammar: Grammar | None = None
 
 
 @dataclass
@@ -473,6 +477,9 @@ class Engine:
             draft, k, decision = propose(self.drafter, run.tokens, cap, self.controller if adaptive else None,
                                          content, s.sampling, rng, horizon=run.max_tokens - run.generated)
         draft = rules.fit(draft, k, limits)
+        grammar = run.options.grammar
+        if grammar is not None:
+            draft = draft.cut(grammar.cut(draft.tokens))
         draft_rb_ms, draft_rb_bytes = _take_draft_rollback(self.drafter)
         t_draft = time.perf_counter()
 
@@ -482,6 +489,8 @@ class Engine:
         save_ms = rb.take_ms()
         logits = target.decode(batch, run.n_past, logits="all")
         assert logits is not None
+        if grammar is not None:
+            logits = grammar.mask(logits, draft.tokens)
         if s.sampling.greedy:
             argmax = logits.argmax(axis=1)
             t_verify = time.perf_counter()
@@ -496,6 +505,8 @@ class Engine:
             rb.keep(run.n_past + 1 + n_acc, batch)
         restore_ms = rb.take_ms()
         done, pieces = commit_run(run, target, draft.tokens, n_acc, nxt)
+        if grammar is not None:
+            grammar.accept(done.tokens)
         if self.detector is not None:
             self.detector.update("".join(pieces))
 

@@ -43,14 +43,14 @@ FIELDS: tuple[Field, ...] = (
     Field("speculative", _BOTH, HONOURED, "llama-server's speculative.n_max, p_min, types (also as flat keys)"),
     Field("tools", _CHAT, HONOURED, "function tools, described by the model's chat template; "
                                     "a template without tools is a 400"),
-    Field("tool_choice", _CHAT, HONOURED, "auto and none; required and a named function are refused "
-                                          "until the grammar engine lands (they must be enforced)",
-          neutral=(None, "auto", "none")),
+    Field("tool_choice", _CHAT, HONOURED, "auto, none, required and a named function; required and a "
+                                          "name are enforced by a grammar (the call parses, its arguments "
+                                          "match the tool's schema)"),
     Field("parallel_tool_calls", _CHAT, HONOURED, "default false: one call, generation ends after it"),
     Field("n", _BOTH, REFUSED, "one choice per request", neutral=(None, 1)),
-    Field("response_format", _CHAT, REFUSED, "json_object and json_schema are refused until the grammar engine "
-                                             "lands (never a looser answer); text is the default",
-          neutral=(None, {"type": "text"})),
+    Field("response_format", _CHAT, HONOURED, "text, json_object and json_schema (strict or not), enforced "
+                                              "by a grammar; a schema feature it cannot express is a 400 naming "
+                                              "it, never a looser grammar"),
     Field("logprobs", _BOTH, REFUSED, "not reported yet", neutral=(None, False, 0)),
     Field("top_logprobs", _CHAT, REFUSED, "not reported yet", neutral=(None, 0)),
     Field("min_p", _BOTH, REFUSED, "not applied", neutral=(None, 0, 0.0)),

@@ -8,6 +8,7 @@ thread of its own (ServerThread), so the dashboard's loop and the engine never w
 
 Routes:
     POST /v1/chat/completions, POST /v1/completions   OpenAI's, streamed (SSE) or not
+    POST /v1/responses                                the Responses API, converted to a chat (serve/responses.py)
     GET  /v1/models, GET /health                      OpenAI's list; ok once calibrated
     GET  /metrics                                     the exporter's registry (Prometheus)
     GET  /props, GET /slots                           llama-server's shapes, for its tools
@@ -34,6 +35,7 @@ from specdash.serve.link import EngineLink
 from specdash.serve.protocol import (Ask, BadRequest, call_chunk, chunk, finish_chunk, parse_chat, parse_completion,
                                      response, usage_chunk)
 from specdash.serve.request import CallPart, Done, Failed, ServedRequest, Text
+from specdash.serve.responses import ResponseEvents, new_id, parse_responses, response_body
 
 KEEPALIVE_S = 5.0  # an SSE comment while a streamed request waits in the queue
 # The kernel's send buffer for a stream: a token stream needs kilobytes a second, and a
@@ -158,6 +160,9 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
     async def chat(request: web.Request) -> web.StreamResponse:
         return await _generate(request, parse_chat(await body_of(request)))
 
+    async def responses(request: web.Request) -> web.StreamResponse:
+        return await _generate(request, parse_responses(await body_of(request)))
+
     async def _generate(request: web.Request, ask: Ask) -> web.StreamResponse:
         if not link.ready:
             raise BadRequest(f"the model is {link.status}; try again when /health says ok",
@@ -168,8 +173,9 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
         ask.model = link.model_id
         ask.max_tokens = ask.max_tokens or link.max_tokens
         tokens = link.tokens_for(ask)  # BadRequest: too long for the context, an unknown drafter
+        compiled = link.grammar_for(ask)  # BadRequest: a schema feature no grammar here enforces
         full()  # again: this loop is the only one that adds, so nothing adds between here and submit
-        req = ServedRequest(ask, tokens, asyncio.get_running_loop(), client=request.remote or "")
+        req = ServedRequest(ask, tokens, asyncio.get_running_loop(), client=request.remote or "", compiled=compiled)
         req.deadline = time.monotonic() + limits.timeout
         link.submit(req)
         try:
@@ -207,6 +213,9 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
                     return web.Response(status=499)
                 continue
             if isinstance(update, Done):  # (Text updates: the whole text comes with Done)
+                if req.ask.api == "responses":
+                    return web.json_response(response_body(req.ask, new_id(), int(time.time()), update.text,
+                                                           update.outcome, update.calls))
                 return web.json_response(response(req.ask, _rid(req), update.text, update.outcome, update.tokens,
                                                   update.calls))
             elif isinstance(update, Failed):
@@ -235,6 +244,8 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
             data = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)
             await write(f"data: {data}\n\n".encode())
 
+        if ask.api == "responses":
+            return await _events(request, req, resp, write)
         try:
             while True:
                 try:
@@ -267,6 +278,43 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
                     await send("[DONE]")
                     break
         except ConnectionError:  # the client left (or was dropped): the engine stops within a step
+            link.cancel(req)
+        except asyncio.CancelledError:
+            link.cancel(req)
+            raise
+        return resp
+
+    async def _events(request: web.Request, req: ServedRequest, resp: web.StreamResponse,
+                      write: Callable[[bytes], Awaitable[None]]) -> web.StreamResponse:
+        """A /v1/responses stream: the Responses API's typed events (serve/responses.py)."""
+        events = ResponseEvents(req.ask, new_id())
+
+        async def send(batch: list[dict[str, Any]]) -> None:
+            for ev in batch:
+                await write(f"event: {ev['type']}\ndata: {json.dumps(ev, ensure_ascii=False)}\n\n".encode())
+
+        try:
+            await send(events.start())
+            while True:
+                try:
+                    update = await asyncio.wait_for(req.updates.get(), left(req, KEEPALIVE_S))
+                except asyncio.TimeoutError:
+                    if time.monotonic() >= req.deadline:
+                        await send([events.failed(timed_out(req))])
+                        break
+                    await write(b": keep-alive\n\n")
+                    continue
+                if isinstance(update, Text):
+                    await send(events.text(update.text))
+                elif isinstance(update, CallPart):
+                    await send(events.call(update.delta))
+                elif isinstance(update, Done):
+                    await send(events.done(update.outcome, update.calls, update.text))
+                    break
+                elif isinstance(update, Failed):
+                    await send([events.failed(update.message)])
+                    break
+        except ConnectionError:
             link.cancel(req)
         except asyncio.CancelledError:
             link.cancel(req)
@@ -309,6 +357,8 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
     app.router.add_post("/chat/completions", chat)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/completions", completions)
+    app.router.add_post("/v1/responses", responses)
+    app.router.add_post("/responses", responses)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/models", models)
     app.router.add_get("/health", health)

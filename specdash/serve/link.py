@@ -21,6 +21,7 @@ from specdash.contract import events as E
 from specdash.contract.vocabulary import parse_command
 from specdash.contract.events import ContractError
 from specdash.engine.batch.costs import paying_width
+from specdash.engine.grammar import CompiledGrammar, Grammars
 from specdash.engine.llm import LLM
 from specdash.engine.settings import LIMIT
 from specdash.contract.errors import SpecdashError
@@ -29,6 +30,7 @@ from specdash.serve.chat_template import ChatTemplate
 from specdash.serve.protocol import Ask, BadRequest
 from specdash.serve.queue import ServeQueue
 from specdash.serve.request import ServedRequest
+from specdash.serve.tools import CLOSE, OPEN, call_grammar
 
 # What the steering route takes (attach's keys), and all it takes: the rest of the schedule
 # vocabulary (pause, stop, experts=, cut=, forget) would freeze, cut short or reload the
@@ -67,6 +69,8 @@ class EngineLink:
         self._vocab: LLM | None = None
         self._template: ChatTemplate | None = None
         self._vocab_lock = threading.Lock()  # llama.cpp's tokenizer is not documented thread-safe
+        self._grammars: Grammars | None = None  # llguidance's tokenizer over the vocabulary
+        self._retired: list[LLM] = []  # earlier targets' vocabularies (see on_session)
         self._drafters: Callable[[str], str | None] = lambda spec: None
         self._steer_draft: Callable[[str], str | None] = lambda spec: "the model is still loading"
         self._settings: E.SettingsEvent | None = None
@@ -87,9 +91,11 @@ class EngineLink:
         path = Path(session.target_path)
         with self._vocab_lock:
             if self._vocab is not None:
-                self._vocab.close()
+                # Not closed: grammars of requests in flight call into its tokenizer.
+                self._retired.append(self._vocab)
             self._vocab = LLM(path, vocab_only=True)
             self._template = ChatTemplate(self._vocab)
+            self._grammars = Grammars(self._vocab.vocab, self._vocab.n_vocab)
             refused = self._template.notice
         if refused:
             yield E.NoticeEvent("warning", refused, t=E.now())
@@ -157,6 +163,26 @@ class EngineLink:
             if why:
                 raise BadRequest(f"'speculative.types': {why}", "speculative.types")
         return tokens
+
+    def grammar_for(self, ask: Ask) -> CompiledGrammar | None:
+        """The grammar a request's answer is held to, checked now (a 400 naming what it cannot
+        enforce): its `response_format` schema, or its forced tool call (tool_choice
+        required or a name). None: free text."""
+        tools = ask.tools
+        if ask.schema is None and (tools is None or not tools.forced):
+            return None
+        with self._vocab_lock:
+            vocab, grammars = self._vocab, self._grammars
+            if vocab is None or grammars is None:
+                raise BadRequest("the model is still loading", status=503, kind="unavailable_error")
+            try:
+                if ask.schema is not None:
+                    return grammars.json_schema(ask.schema, "response_format")
+                assert tools is not None
+                return grammars.lark(call_grammar(tools, grammars.term(vocab, OPEN), grammars.term(vocab, CLOSE)),
+                                     "tools", "tool call")
+            except SpecdashError as exc:
+                raise BadRequest(str(exc), str(exc).split(":", 1)[0]) from None
 
     def submit(self, request: ServedRequest) -> None:
         self.queue.submit(request)
@@ -236,3 +262,6 @@ class EngineLink:
             if self._vocab is not None:
                 self._vocab.close()
                 self._vocab = None
+            for vocab in self._retired:
+                vocab.close()
+            self._retired.clear()

@@ -62,10 +62,12 @@ class Ask:
 
     kind: str  # "chat" | "completion"
     model: str
+    api: str = ""  # "responses": asked through /v1/responses (serve/responses.py writes the answer)
     prompt: str = ""  # completion: the text
     # chat: {role, content} as the template reads them (with tool_calls, tool_call_id)
     messages: list[dict[str, Any]] = field(default_factory=list)
     tools: ToolAsk | None = None  # chat: the tools offered, when the model may call them
+    schema: dict[str, Any] | None = None  # chat: the JSON schema the content must validate against
     max_tokens: int | None = None  # None: up to the context
     temperature: float | None = None  # None: the server's (the dashboard's `t`)
     top_p: float | None = None
@@ -240,7 +242,34 @@ def parse_chat(body: Any) -> Ask:
                 turn["name"] = m["name"]
         ask.messages.append(turn)
     ask.tools = parse_tools(body)
+    ask.schema = _response_format(body.get("response_format"))
+    if ask.schema is not None and ask.tools is not None and ask.tools.reads_calls:
+        raise BadRequest("'response_format' with 'tools' is not supported yet (the answer would be a call or "
+                         "schema-bound content, two grammars); send one, or tool_choice \"none\"", "response_format")
     return ask
+
+
+def _response_format(value: Any) -> dict[str, Any] | None:
+    """The JSON schema `response_format` binds the content to (None: free text). OpenAI's
+    `json_schema.schema`, llama-server's top-level `schema` too; `json_object`: any object."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        schema = value.get("schema", {"type": "object"})
+    elif kind == "json_schema":
+        inner = value.get("json_schema")
+        schema = inner.get("schema") if isinstance(inner, dict) else value.get("schema")
+        if schema is None and isinstance(inner, dict) and "schema" not in inner:
+            raise BadRequest("'response_format.json_schema.schema' is missing", "response_format.json_schema.schema")
+    else:
+        raise BadRequest(f"'response_format.type' must be text, json_object or json_schema, got {kind!r}",
+                         "response_format.type")
+    if not isinstance(schema, dict):
+        raise BadRequest("'response_format' schema must be a JSON schema object", "response_format")
+    return schema
 
 
 # --- responses ------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdash.contract import events as E
+from specdash.engine.grammar import CompiledGrammar, Grammar
 from specdash.serve.protocol import Ask, Outcome
 from specdash.serve.stops import StopText
 from specdash.serve.tools import Call, CallDelta, CallReader
@@ -66,6 +67,7 @@ class ServedRequest:
     tokens: list[int]
     loop: asyncio.AbstractEventLoop
     client: str = ""
+    compiled: CompiledGrammar | None = None  # its schema or forced tool call, checked (serve/link.grammar_for)
     id: str = field(default_factory=lambda: f"{next(_ids)}")
     updates: asyncio.Queue[Update] = field(default_factory=asyncio.Queue)
     state: str = "waiting"  # waiting | running | done | cancelled
@@ -76,7 +78,8 @@ class ServedRequest:
         self._stops = StopText(self.ask.stop)
         tools = self.ask.tools
         # Calls are read from the text only where the model was told of tools.
-        self._calls = CallReader(parallel=tools.parallel, names=tuple(tools.names)) if tools is not None and tools.choice == "auto" else None
+        self._calls = CallReader(parallel=tools.parallel, names=tuple(tools.names)) \
+            if tools is not None and tools.reads_calls else None
         self._sent: list[str] = []
         self._tokens: list[int] = []
         self.outcome = Outcome(n_prompt=len(self.tokens))
@@ -87,7 +90,9 @@ class ServedRequest:
         who = f" from {self.client}" if self.client else ""
         # The request's kind as the dashboard and attach show it: a chat offering tools
         # reads "chat+tools", so the requests screen tells agents' turns apart.
-        kind = f"{self.ask.kind}+tools" if self.ask.tools is not None and self.ask.tools.choice == "auto" else self.ask.kind
+        tools = self.ask.tools
+        kind = f"{self.ask.kind}+tools" if tools is not None and tools.reads_calls else \
+            f"{self.ask.kind}+schema" if self.ask.schema is not None else self.ask.kind
         return f"{kind} #{self.id}{who}"
 
     @property
@@ -110,6 +115,10 @@ class ServedRequest:
     @property
     def drafter(self) -> str | None:
         return self.ask.speculation.drafter
+
+    def grammar(self) -> Grammar | None:
+        """A fresh grammar state for a run (a request run again after an engine fault starts over)."""
+        return self.compiled.start() if self.compiled is not None else None
 
     def begin(self) -> bool:
         """The engine takes it; False if the client left while it waited."""

@@ -38,8 +38,17 @@ class ToolAsk:
     """The tools a chat request offers and how the model may use them."""
 
     tools: list[dict[str, Any]]  # OpenAI's [{"type": "function", "function": {...}}], as the template reads them
-    choice: str = "auto"  # auto | none
+    choice: str = "auto"  # auto | none | required | a tool's name (a call forced by a grammar)
     parallel: bool = False  # more than one call in an answer
+
+    @property
+    def forced(self) -> bool:
+        """The answer must be a call (required, or a named function): a grammar makes it one."""
+        return self.choice not in ("auto", "none")
+
+    @property
+    def reads_calls(self) -> bool:
+        return self.choice != "none"
 
     @property
     def names(self) -> list[str]:
@@ -65,18 +74,43 @@ def parse_tools(body: dict[str, Any]) -> ToolAsk | None:
         if params is not None and not isinstance(params, dict):
             raise _bad(f"'tools[{i}].function.parameters' must be a JSON schema object", f"tools[{i}].function.parameters")
     choice = body.get("tool_choice", "auto")
-    if isinstance(choice, dict) or choice == "required":
-        # Honoured only when enforced: a grammar would make the call parse and match its
-        # schema. Without one it would be a hope, not a guarantee.
-        raise _bad("'tool_choice' required or a named function is not supported yet: it needs the grammar engine "
-                   "(a call that always parses); send \"auto\"", "tool_choice")
-    if choice not in ("auto", "none"):
+    if isinstance(choice, dict):  # {"type": "function", "function": {"name": ...}}
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if choice.get("type") != "function" or not isinstance(name, str):
+            raise _bad("'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                       "tool_choice")
+        if name not in [t["function"]["name"] for t in tools]:
+            raise _bad(f"'tool_choice' names {name!r}, which is not one of the request's tools", "tool_choice")
+        if name in ("auto", "none", "required"):
+            raise _bad(f"'tool_choice': a tool named {name!r} cannot be told from the word", "tool_choice")
+        choice = name
+    elif choice not in ("auto", "none", "required"):
         raise _bad(f"'tool_choice' must be auto, none, required or {{\"type\": \"function\", ...}}, got {choice!r}",
                    "tool_choice")
     parallel = body.get("parallel_tool_calls", False)
     if not isinstance(parallel, bool):
         raise _bad("'parallel_tool_calls' must be true or false", "parallel_tool_calls")
     return ToolAsk(tools=tools, choice=choice, parallel=parallel)
+
+
+def call_grammar(ask: ToolAsk, open_tag: str, close_tag: str) -> str:
+    """llguidance Lark for a forced call in Qwen2.5's / Hermes' format: the tags around
+    `{"name": <a tool>, "arguments": <that tool's schema>}` (more than one with
+    parallel_tool_calls). `open_tag`/`close_tag`: the tags as Lark terms (a special token
+    `<[id]>`, or a quoted string)."""
+    from specdash.engine.grammar import JSON_STYLE
+
+    names = ask.names if ask.choice == "required" else [ask.choice]
+    bodies = [{"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
+               "properties": {"name": {"const": t["function"]["name"]},
+                              "arguments": t["function"].get("parameters") or {"type": "object"}}}
+              for t in ask.tools if t["function"]["name"] in names]
+    schema: dict[str, Any] = dict(bodies[0]) if len(bodies) == 1 else {"anyOf": bodies}
+    schema["x-guidance"] = JSON_STYLE
+    one = f'{open_tag} "\\n" call "\\n" {close_tag}'
+    start = f"start: {one}" + (f' ("\\n" {one})*' if ask.parallel else "")
+    return f"{start}\ncall: %json {json.dumps(schema)}\n"
 
 
 def history_calls(value: Any, i: int) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from typing import Any, Protocol, cast
 from specdash.contract import events as E
 from specdash.engine import supports as engine_supports
 from specdash.engine.engine import RunOptions
+from specdash.engine.grammar import Grammar
 from specdash.engine.settings import EngineSettings
 from specdash.contract.errors import SpecdashError
 from specdash.contract.events import Event
@@ -54,6 +55,10 @@ class Served(Protocol):
     @property
     def drafter(self) -> str | None: ...
 
+    def grammar(self) -> Grammar | None:
+        """A fresh grammar state for a run of it (None: unconstrained)."""
+        ...
+
     def begin(self) -> bool:
         """The engine takes it now; False: its client left while it waited (skip it)."""
         ...
@@ -75,7 +80,7 @@ def request_options(req: Served) -> RunOptions:
     """A served request's own options: its settings, seed and stop check, its drafter kind,
     and the rows it shares with the previous request kept (a chat's next turn)."""
     return RunOptions(overrides=req.overrides, seed=req.seed, stop_when=req.stop_reason, reuse_rows=True,
-                      drafter=req.drafter)
+                      drafter=req.drafter, grammar=req.grammar())
 
 
 class SessionLike(Protocol):

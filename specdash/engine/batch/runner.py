@@ -175,6 +175,9 @@ class BatchRunner:
         else:
             choices = [Choice(len(d.tokens), "") for d in drafts]
         drafts = [rules.fit(d, c.k, limits) for d, c in zip(drafts, choices)]
+        # A request's grammar cuts its draft at the first token it forbids (engine/grammar.py).
+        drafts = [d if (g := slot.run.options.grammar) is None else d.cut(g.cut(d.tokens))
+                  for slot, d in zip(slots, drafts)]
         t_draft = time.perf_counter()
 
         # 3. Verify: every sequence's last token and draft in ONE batch, logits for all.
@@ -194,6 +197,9 @@ class BatchRunner:
             run, n = slot.run, 1 + len(draft.tokens)
             rows = logits[row:row + n]
             row += n
+            grammar = run.options.grammar
+            if grammar is not None:
+                rows = grammar.mask(rows, draft.tokens)
             if s.sampling.greedy:
                 n_acc, nxt = verify_greedy(rows.argmax(axis=1), draft.tokens)
             else:
@@ -202,6 +208,8 @@ class BatchRunner:
             if n_acc < len(draft.tokens):
                 target.kv_truncate(run.n_past + 1 + n_acc, slot.seq)
             done, pieces = commit_run(run, target, draft.tokens, n_acc, nxt)
+            if grammar is not None:
+                grammar.accept(done.tokens)
             self.copies.observe(draft.source, draft.evidence, len(draft.tokens), done.accepted)
             ev = StepEvent(
                 step=run.counters.steps + 1, k=choice.k if adaptive else s.k, drafter=rules.drafted_by(draft),

@@ -1,0 +1,144 @@
+"""A grammar over the target's tokens (a JSON schema, a tool call), kept exact under
+speculation: llguidance's matcher, one per run.
+
+Why llguidance: it builds its tokenizer from a llama.cpp vocabulary, has no dependencies,
+and offers what a speculative verifier needs: the masks for every row of a verify batch
+given the draft before it (`fill_next_token_bitmask_par_with_draft_tokens`), how much of a
+draft the grammar allows (`validate_tokens`), and forced tokens (`compute_ff_tokens`).
+llama.cpp's grammar sampler, through the bindings, has no draft masks and no forced
+tokens, and costs a full-vocabulary pass per row. Measured on Qwen2.5's 151,936 tokens: a
+mask ~0.03 ms (median) for a JSON schema, 9 masks with an 8-token draft 0.5 ms.
+
+How it stays exact: a step's draft is cut at its first token the grammar forbids (the
+masked target gives it probability 0, so it would be rejected there anyway; the cut depends
+on the draft alone, so rejection sampling stays exact), each verify row's logits are
+masked with the grammar's state after the draft tokens before it, and the committed tokens
+advance the grammar. Greedy output with any drafter is then greedy output under the grammar.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from specdash.contract.errors import SpecdashError
+
+# JSON as models write it (`{"name": "Ada", "age": 36}`), one way only: flexible whitespace
+# lets a model pad with newlines forever (llguidance #267), and a fixed style is text the
+# grammar fixes, which its drafts can take.
+JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+class GrammarDiverged(RuntimeError):
+    """The grammar engine disagreed with its own mask: an engine fault (the request fails
+    and a server reloads), not the request's own error."""
+
+
+class Grammar:
+    """One run's grammar state (stateful: a fresh one per run, from `CompiledGrammar.start`)."""
+
+    def __init__(self, matcher: Any, executor: Any, n_vocab: int):
+        self._m, self._exec, self.n_vocab = matcher, executor, n_vocab
+
+    def cut(self, draft: Sequence[int]) -> int:
+        """How many of the draft's tokens the grammar allows, from the front."""
+        return int(self._m.validate_tokens(list(draft))) if draft else 0
+
+    def mask(self, logits: np.ndarray, draft: Sequence[int]) -> np.ndarray:
+        """`logits` (1 + len(draft), n_vocab) with each row's forbidden tokens at -inf: row i
+        after the draft's first i tokens."""
+        from llguidance.numpy import (allocate_token_bitmask, fill_next_token_bitmask,
+                                      fill_next_token_bitmask_par_with_draft_tokens)
+
+        rows = logits.shape[0]
+        bits = allocate_token_bitmask(rows, self.n_vocab)
+        if rows > 1:
+            fill_next_token_bitmask_par_with_draft_tokens(self._exec, [(self._m, 0, list(draft[:rows - 1]))], bits)
+        else:  # (the draft form takes no empty draft)
+            fill_next_token_bitmask(self._m, bits, 0)
+        allowed = np.unpackbits(bits.view(np.uint8), axis=1, bitorder="little")[:, :logits.shape[1]].astype(bool)
+        return np.where(allowed, logits, -np.inf).astype(logits.dtype, copy=False)
+
+    def accept(self, tokens: Sequence[int]) -> None:
+        """The committed tokens: the grammar moves past them."""
+        if tokens and self._m.try_consume_tokens(list(tokens)) < len(tokens):
+            # Masked rows commit only allowed tokens: a refusal here is the grammar engine
+            # disagreeing with its own mask. Failing the request beats text outside it.
+            raise GrammarDiverged(f"the grammar refused a token its mask allowed ({self._m.get_error() or 'no reason'})")
+
+    def forced(self) -> list[int]:
+        """The tokens the grammar fixes next, whatever the model would choose."""
+        return list(self._m.compute_ff_tokens())
+
+    @property
+    def done(self) -> bool:
+        return bool(self._m.is_stopped())
+
+
+class CompiledGrammar:
+    """A checked grammar for one request: what every run of it starts from."""
+
+    def __init__(self, grammars: Grammars, text: str, what: str):
+        self._g, self.text, self.what = grammars, text, what
+
+    def start(self) -> Grammar:
+        from llguidance import LLMatcher
+
+        return Grammar(LLMatcher(self._g.tokenizer, self.text, log_level=0), self._g.executor, self._g.n_vocab)
+
+
+class Grammars:
+    """Grammars over one vocabulary: its llguidance tokenizer (built once, ~1 s for 152k
+    tokens). `vocab` must outlive every grammar made here (the tokenizer calls into it)."""
+
+    def __init__(self, vocab: Any, n_vocab: int):
+        from llguidance import LLExecutor
+        from llguidance.llamacpp import lltokenizer_from_vocab
+
+        with warnings.catch_warnings():  # it asks llama_token_get_attr, deprecated, once per token
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.tokenizer = lltokenizer_from_vocab(vocab, n_vocab=n_vocab)
+        self.executor = LLExecutor()
+        self.n_vocab = n_vocab
+        self._lock = threading.Lock()
+
+    def json_schema(self, schema: dict[str, Any], param: str) -> CompiledGrammar:
+        """A grammar for JSON that validates against `schema`; SpecdashError naming `param` and
+        the schema feature the grammar cannot express (never a looser grammar)."""
+        from llguidance import LLMatcher
+
+        try:
+            text = LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=JSON_STYLE)  # type: ignore[arg-type]
+        except (ValueError, TypeError) as exc:
+            raise SpecdashError(f"{param}: not a JSON schema ({exc})") from None
+        return self._checked(text, param, "schema")
+
+    def term(self, vocab: Any, text: str) -> str:
+        """`text` as a Lark term: the one token the model writes it as when llguidance holds
+        that token special (Qwen2.5's `<tool_call>`: a quoted string would be matched as
+        text, which that token is not), else the quoted text. `vocab`: engine/llm.LLM."""
+        ids = vocab.tokenize(text, add_special=False, parse_special=True)
+        if len(ids) == 1 and self.tokenizer.is_special_token(ids[0]):
+            return f"<[{ids[0]}]>"
+        return json.dumps(text)
+
+    def lark(self, text: str, param: str, what: str) -> CompiledGrammar:
+        """A grammar in llguidance's Lark (a tool call's format around its schema)."""
+        from llguidance import LLMatcher
+
+        return self._checked(LLMatcher.grammar_from_lark(text), param, what)
+
+    def _checked(self, text: str, param: str, what: str) -> CompiledGrammar:
+        from llguidance import LLMatcher
+
+        with self._lock:
+            failed, said = LLMatcher.validate_grammar_with_warnings(text, self.tokenizer)
+        if failed or said:
+            # A warning too is a feature dropped (a `format` it does not know...): refused.
+            raise SpecdashError(f"{param}: the grammar engine cannot enforce this schema: {'; '.join(said)}")
+        return CompiledGrammar(self, text, what)
