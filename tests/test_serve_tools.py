@@ -129,3 +129,94 @@ def test_a_required_or_named_call_is_enforced_whole_and_streamed(client, choice,
             pass
         (streamed,) = stream.get_final_completion().choices[0].message.tool_calls
     assert (streamed.function.name, streamed.function.arguments) == (call.function.name, call.function.arguments)
+
+
+# --- /v1/responses (the Responses API: Codex CLI, the Agents SDK's default path) ----------
+FLAT = [{"type": "function", **TOOLS[0]["function"]}]
+
+
+def test_the_responses_api_answers_text_and_calls_whole_and_streamed(client):
+    said = client.responses.create(model="gpt-4o", input="Say hello in five words.", max_output_tokens=20,
+                                   temperature=0)
+    assert said.status in ("completed", "incomplete") and said.output_text
+    assert said.usage.output_tokens > 0 and said.usage.input_tokens > 0
+    with client.responses.stream(model="gpt-4o", input="Say hello in five words.", max_output_tokens=20,
+                                 temperature=0) as stream:
+        kinds = [ev.type for ev in stream]
+        assert stream.get_final_response().output_text == said.output_text
+    assert kinds[:2] == ["response.created", "response.in_progress"] and "response.output_text.delta" in kinds
+
+    called = client.responses.create(model="gpt-4o", input="What is the weather in Paris?", tools=FLAT,
+                                     temperature=0)
+    (call,) = [o for o in called.output if o.type == "function_call"]
+    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
+    with client.responses.stream(model="gpt-4o", input="What is the weather in Paris?", tools=FLAT,
+                                 temperature=0) as stream:
+        kinds = [ev.type for ev in stream]
+        (streamed,) = [o for o in stream.get_final_response().output if o.type == "function_call"]
+    assert (streamed.name, streamed.arguments) == (call.name, call.arguments)
+    assert kinds.count("response.function_call_arguments.delta") > 1 and kinds[-1] == "response.completed"
+
+    # The call and its output in the next turn's input, as the Agents SDK sends them.
+    history = [{"role": "user", "content": "What is the weather in Paris?"},
+               {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+               {"type": "function_call_output", "call_id": call.call_id, "output": "14 C, light rain"}]
+    after = client.responses.create(model="m", input=history, tools=FLAT, tool_choice="none", temperature=0,
+                                    max_output_tokens=24)
+    assert after.output_text and after.usage.input_tokens_details.cached_tokens > 0
+    # A forced call through the Responses shape of tool_choice.
+    forced = client.responses.create(model="m", input="Hello", tools=FLAT, temperature=0,
+                                     tool_choice={"type": "function", "name": "get_weather"})
+    assert [o.type for o in forced.output] == ["function_call"]
+
+
+def test_the_responses_api_refuses_what_it_cannot_do_by_name(client):
+    for extra, param in (({"previous_response_id": "resp_x"}, "previous_response_id"),
+                         ({"tools": [{"type": "web_search"}]}, "tools"), ({"frobnicate": 1}, "frobnicate")):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.responses.create(model="m", input="hi", **extra) if "frobnicate" not in extra else \
+                client.responses.create(model="m", input="hi", extra_body=extra)
+        assert err.value.body["param"] == param, err.value.body
+
+
+# --- agent libraries, as their users run them --------------------------------------------
+def test_instructor_extracts_a_model_in_its_tools_and_json_schema_modes(server):
+    import instructor
+    from pydantic import BaseModel
+
+    class Person(BaseModel):
+        name: str
+        age: int
+        city: str
+
+    base = openai.OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0, timeout=300)
+    for mode in (instructor.Mode.TOOLS, instructor.Mode.JSON_SCHEMA):  # a named tool call; response_format
+        person = instructor.from_openai(base, mode=mode).chat.completions.create(
+            model="gpt-4o", response_model=Person, max_retries=0, temperature=0,
+            messages=[{"role": "user", "content": "Ada is 36 and lives in London. Extract the person."}])
+        assert (person.name, person.age, person.city) == ("Ada", 36, "London"), mode
+
+
+def test_a_pydantic_ai_agent_calls_its_tool_then_answers(server):
+    from pydantic import BaseModel
+    from pydantic_ai import Agent, UsageLimits
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    class Report(BaseModel):
+        city: str
+        temperature_c: int
+
+    model = OpenAIChatModel("gpt-4o", provider=OpenAIProvider(base_url=server + "/v1", api_key="unused"))
+    agent = Agent(model, output_type=Report, model_settings={"temperature": 0})
+    asked: list[str] = []
+
+    @agent.tool_plain
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city."""
+        asked.append(city)
+        return f"It is 14 degrees and raining in {city}."
+
+    result = agent.run_sync("What is the weather in Paris?", usage_limits=UsageLimits(request_limit=5))
+    assert asked == ["Paris"]  # the tool was called, once, with what the user asked
+    assert result.output == Report(city="Paris", temperature_c=14)  # then the answer, from the tool's result

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from specdash.serve.bad_request import BadRequest
+
 HONOURED, ACCEPTED, REFUSED = "honoured", "accepted", "refused"
 
 
@@ -79,8 +81,6 @@ BY_NAME = {f.name: f for f in FIELDS}
 def check_fields(body: dict[str, Any], route: str) -> None:
     """Refuse, by name, a field that is not in the table for `route` or one asked of
     specdash that it cannot do (`n: 2`). `route`: "chat" or "completion"."""
-    from specdash.serve.protocol import BadRequest
-
     for name, value in body.items():
         if name.startswith("speculative."):
             continue  # llama-server's flat keys, read by protocol._speculation

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdash.contract.limits import K_CAP
+from specdash.serve.bad_request import BadRequest
 from specdash.serve.fields import check_fields
 from specdash.serve.tools import CallDelta, ToolAsk, history_calls, parse_tools
 
@@ -26,19 +27,6 @@ MAX_TOKENS_CAP = 1 << 20
 # llama-server's speculative.types names, and the specdash drafter each asks for.
 SPEC_TYPES = {"none": "none", "draft": "draft", "ngram": "lookup", "ngram_simple": "lookup",
               "ngram_cache": "lookup", "lookup": "lookup", "suffix": "suffix", "mtp": "mtp", "auto": "auto"}
-
-
-class BadRequest(ValueError):
-    """HTTP 400 (or `status`) with OpenAI's error body naming `param`."""
-
-    def __init__(self, message: str, param: str | None = None, status: int = 400,
-                 kind: str = "invalid_request_error"):
-        super().__init__(message)
-        self.message, self.param, self.status, self.kind = message, param, status, kind
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param,
-                          "code": None if self.status != 401 else "invalid_api_key"}}
 
 
 @dataclass(slots=True)

@@ -18,6 +18,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from specdash.serve.bad_request import BadRequest
+
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 # The call's head as Qwen2.5 and Hermes write it: the name first, then the arguments.
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
@@ -28,8 +30,6 @@ _BARE_FORMS = ('```json{"name":"', '```{"name":"', '{"name":"')
 
 
 def _bad(message: str, param: str) -> Exception:
-    from specdash.serve.protocol import BadRequest
-
     return BadRequest(message, param)
 
 
