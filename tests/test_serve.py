@@ -180,6 +180,39 @@ def test_stop_strings_end_the_text_and_are_never_sent(client):
     assert all(stop not in p for p in parts)
 
 
+def test_logprobs_for_chat_and_completions_whole_and_streamed(client):
+    """Each sent token's logprob and its alternatives, from the target's own rows: the greedy
+    token is the most likely, the tokens spell the text, and the stream's entries join to
+    the whole answer's; a stop string's tokens are not reported."""
+    import math
+
+    messages = [{"role": "user", "content": "List three colours."}]
+    whole = client.chat.completions.create(model="m", messages=messages, temperature=0, max_tokens=16,
+                                           logprobs=True, top_logprobs=3)
+    entries = whole.choices[0].logprobs.content
+    assert "".join(e.token for e in entries) == whole.choices[0].message.content
+    assert len(entries) == whole.usage.completion_tokens
+    for e in entries:
+        tops = [t.logprob for t in e.top_logprobs]
+        assert len(tops) == 3 and tops == sorted(tops, reverse=True) and sum(math.exp(t) for t in tops) <= 1 + 1e-6
+        assert e.logprob == pytest.approx(tops[0], abs=1e-4)  # greedy: the most likely token
+        assert bytes(e.bytes).decode("utf-8", "replace") == e.token
+    streamed = []
+    for ch in client.chat.completions.create(model="m", messages=messages, temperature=0, max_tokens=16,
+                                             logprobs=True, top_logprobs=3, stream=True):
+        if ch.choices and ch.choices[0].logprobs is not None:
+            streamed += ch.choices[0].logprobs.content
+    assert [(e.token, round(e.logprob, 3)) for e in streamed] == [(e.token, round(e.logprob, 3)) for e in entries]
+    # Completions, the legacy shape; a stop string's tokens are not reported.
+    done = client.completions.create(model="m", prompt="1, 2, 3, 4,", temperature=0, max_tokens=12, logprobs=2,
+                                     stop=[" 7"])
+    lp = done.choices[0].logprobs
+    assert "".join(lp.tokens) == done.choices[0].text and " 7" not in done.choices[0].text
+    assert lp.text_offset == sorted(lp.text_offset) and all(len(t) <= 2 for t in lp.top_logprobs)
+    plain = client.chat.completions.create(model="m", messages=messages, temperature=0, max_tokens=4)
+    assert plain.choices[0].logprobs is None  # not asked, not sent
+
+
 def test_completions_and_per_request_speculation(client, reference, vocab, near_ties):
     prompt = "def fibonacci(n):\n    "
     plain = client.completions.create(model="smollm2-135m", prompt=prompt, temperature=0, max_tokens=32,
@@ -243,7 +276,8 @@ def _post(url: str, path: str, body: object, **kw) -> httpx.Response:
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "temperature": -1}, "temperature"),
     # Asked for and not done: refused by name, never a 200 that ignored it (docs/serve.md's table).
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, "logprobs"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "logprobs": True,
+                              "top_logprobs": 30}, "top_logprobs"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "frobnicate": 1}, "frobnicate"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                               "response_format": {"type": "json_schema", "json_schema": {"schema": {"not": {}}}}},

@@ -32,7 +32,9 @@ def test_what_asks_for_nothing_is_served(extra):
 
 
 @pytest.mark.parametrize("body,param", [
-    ({"n": 3}, "n"), ({"logprobs": True}, "logprobs"), ({"top_logprobs": 2}, "top_logprobs"),
+    ({"n": 3}, "n"), ({"logprobs": 1}, "logprobs"), ({"top_logprobs": 2}, "top_logprobs"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"logprobs": True, "tools": [{"type": "function", "function": {"name": "f"}}]}, "logprobs"),
     ({"frequency_penalty": 0.5}, "frequency_penalty"), ({"logit_bias": {"1": 5}}, "logit_bias"),
     ({"response_format": {"type": "xml"}}, "response_format.type"), ({"audio": {}}, "audio"),
     ({"echo": True}, "echo"),  # a completions field, on chat

@@ -68,6 +68,9 @@ class RunOptions:
     # The run's grammar (a JSON schema, a tool call): every step's draft is cut where it
     # forbids a token and each verify row masked by it (engine/grammar.py says why exact).
     grammar: Grammar | None = None
+    # Told, after each step, the committed tokens and the target rows that predicted them
+    # (before any grammar), with the target's piece for a token: a client's logprobs.
+    observe_rows: Callable[[list[int], np.ndarray, Callable[[int], bytes]], None] | None = None
 
 
 @dataclass
@@ -489,6 +492,7 @@ class Engine:
         save_ms = rb.take_ms()
         logits = target.decode(batch, run.n_past, logits="all")
         assert logits is not None
+        raw = logits
         if grammar is not None:
             logits = grammar.mask(logits, draft.tokens)
         if s.sampling.greedy:
@@ -507,6 +511,8 @@ class Engine:
         done, pieces = commit_run(run, target, draft.tokens, n_acc, nxt)
         if grammar is not None:
             grammar.accept(done.tokens)
+        if run.options.observe_rows is not None and done.tokens:
+            run.options.observe_rows(done.tokens, raw[:len(done.tokens)], target.piece)
         if self.detector is not None:
             self.detector.update("".join(pieces))
 

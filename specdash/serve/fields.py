@@ -53,8 +53,9 @@ FIELDS: tuple[Field, ...] = (
     Field("response_format", _CHAT, HONOURED, "text, json_object and json_schema (strict or not), enforced "
                                               "by a grammar; a schema feature it cannot express is a 400 naming "
                                               "it, never a looser grammar"),
-    Field("logprobs", _BOTH, REFUSED, "not reported yet", neutral=(None, False, 0)),
-    Field("top_logprobs", _CHAT, REFUSED, "not reported yet", neutral=(None, 0)),
+    Field("logprobs", _BOTH, HONOURED, "chat: true; completions: how many alternatives (0-20); the target's "
+                                       "own distribution, before any grammar; not with tools"),
+    Field("top_logprobs", _CHAT, HONOURED, "0-20 alternatives per token"),
     Field("min_p", _BOTH, REFUSED, "not applied", neutral=(None, 0, 0.0)),
     Field("repeat_penalty", _BOTH, REFUSED, "not applied", neutral=(None, 1, 1.0)),
     Field("presence_penalty", _BOTH, REFUSED, "not applied", neutral=(None, 0, 0.0)),

@@ -217,7 +217,7 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
                     return web.json_response(response_body(req.ask, new_id(), int(time.time()), update.text,
                                                            update.outcome, update.calls))
                 return web.json_response(response(req.ask, _rid(req), update.text, update.outcome, update.tokens,
-                                                  update.calls))
+                                                  update.calls, update.logprobs))
             elif isinstance(update, Failed):
                 raise BadRequest(update.message, status=500, kind="server_error")
 
@@ -259,7 +259,8 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
                     await write(b": keep-alive\n\n")  # also finds a client that left
                     continue
                 if isinstance(update, Text):
-                    await send(chunk(ask, rid, created, update.text, first=first))
+                    await send(chunk(ask, rid, created, update.text, first=first, logprobs=update.logprobs,
+                                     offset=update.offset + (len(ask.prompt) if ask.echo else 0)))
                     first = False
                 elif isinstance(update, CallPart):
                     await send(call_chunk(ask, rid, created, update.delta, first=first))

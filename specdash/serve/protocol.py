@@ -17,6 +17,7 @@ from typing import Any
 from specdash.contract.limits import K_CAP
 from specdash.serve.bad_request import BadRequest
 from specdash.serve.fields import check_fields
+from specdash.serve.logprobs import TOP_CAP, TokenLogprob, chat_logprobs, completion_logprobs
 from specdash.serve.tools import CallDelta, ToolAsk, history_calls, parse_tools
 
 MAX_STOPS = 16  # stop strings per request (OpenAI allows 4; llama-server any number)
@@ -66,6 +67,7 @@ class Ask:
     include_usage: bool = False
     echo: bool = False
     return_tokens: bool = False  # llama-server's key: the generated token ids as well
+    logprobs: int | None = None  # each token's logprob and this many alternatives (None: none)
     speculation: Speculation = field(default_factory=Speculation)
 
     def overrides(self) -> dict[str, Any]:
@@ -174,6 +176,17 @@ def _common(body: Any, kind: str) -> Ask:
     )
     if ask.top_p == 0.0:
         raise BadRequest("'top_p' must be above 0", "top_p")
+    if kind == "chat":
+        top = _number(body, "top_logprobs", 0, TOP_CAP, integer=True)
+        wanted = body.get("logprobs", False)
+        if not isinstance(wanted, bool):
+            raise BadRequest("'logprobs' must be true or false", "logprobs")
+        if top and not wanted:
+            raise BadRequest("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+        ask.logprobs = (top or 0) if wanted else None
+    else:  # the legacy form: how many alternatives, 0 for the token's own alone
+        top = None if body.get("logprobs") is False else _number(body, "logprobs", 0, TOP_CAP, integer=True)
+        ask.logprobs = top
     return ask
 
 
@@ -230,6 +243,9 @@ def parse_chat(body: Any) -> Ask:
                 turn["name"] = m["name"]
         ask.messages.append(turn)
     ask.tools = parse_tools(body)
+    if ask.logprobs is not None and ask.tools is not None and ask.tools.reads_calls:
+        # (llama-server refuses it too: a call's tokens are not text the client is sent)
+        raise BadRequest("'logprobs' with 'tools' is not supported; send one, or tool_choice \"none\"", "logprobs")
     ask.schema = _response_format(body.get("response_format"))
     if ask.schema is not None and ask.tools is not None and ask.tools.reads_calls:
         raise BadRequest("'response_format' with 'tools' is not supported yet (the answer would be a call or "
@@ -300,7 +316,7 @@ class Outcome:
 
 
 def response(ask: Ask, rid: str, text: str, out: Outcome, tokens: list[int] | None = None,
-             calls: list[Any] | None = None) -> dict[str, Any]:
+             calls: list[Any] | None = None, logprobs: list[TokenLogprob] | None = None) -> dict[str, Any]:
     """The whole (non-streamed) response; `tokens` with `return_tokens`; `calls`: the tool
     calls read from the text (serve/tools.Call)."""
     created = int(time.time())
@@ -309,12 +325,13 @@ def response(ask: Ask, rid: str, text: str, out: Outcome, tokens: list[int] | No
         if calls:
             # OpenAI's shape: content null when the answer is only calls.
             message = {"role": "assistant", "content": text or None, "tool_calls": [c.body() for c in calls]}
-        choice: dict[str, Any] = {"index": 0, "message": message,
-                                  "logprobs": None, "finish_reason": out.finish_reason}
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": out.finish_reason,
+                                  "logprobs": chat_logprobs(logprobs or []) if ask.logprobs is not None else None}
         obj = "chat.completion"
     else:
-        choice = {"index": 0, "text": (ask.prompt if ask.echo else "") + text, "logprobs": None,
-                  "finish_reason": out.finish_reason}
+        head = ask.prompt if ask.echo else ""
+        choice = {"index": 0, "text": head + text, "finish_reason": out.finish_reason,
+                  "logprobs": completion_logprobs(logprobs or [], len(head)) if ask.logprobs is not None else None}
         obj = "text_completion"
     body = {"id": rid, "object": obj, "created": created, "model": ask.model, "choices": [choice],
             "usage": out.usage(), "timings": out.timings()}
@@ -335,18 +352,21 @@ def finish_chunk(ask: Ask, rid: str, created: int, out: Outcome) -> dict[str, An
 
 
 def chunk(ask: Ask, rid: str, created: int, text: str | None, finish: str | None = None,
-          *, first: bool = False) -> dict[str, Any]:
-    """One streamed chunk: text (None: no choice delta), or the finish reason."""
+          *, first: bool = False, logprobs: list[TokenLogprob] | None = None, offset: int = 0) -> dict[str, Any]:
+    """One streamed chunk: text (None: no choice delta), or the finish reason; `logprobs`:
+    the entries of the tokens this chunk completes (`offset`: where its text starts)."""
     if ask.kind == "chat":
         delta: dict[str, Any] = {}
         if first:
             delta["role"] = "assistant"
         if text is not None:
             delta["content"] = text
-        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish,
+                                  "logprobs": chat_logprobs(logprobs) if logprobs else None}
         obj = "chat.completion.chunk"
     else:
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        choice = {"index": 0, "text": text or "", "finish_reason": finish,
+                  "logprobs": completion_logprobs(logprobs, offset) if logprobs else None}
         obj = "text_completion"
     return {"id": rid, "object": obj, "created": created, "model": ask.model, "choices": [choice]}
 

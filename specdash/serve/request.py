@@ -17,11 +17,15 @@ import asyncio
 import itertools
 import threading
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from specdash.contract import events as E
 from specdash.engine.grammar import CompiledGrammar, Grammar
 from specdash.serve.protocol import Ask, Outcome
+from specdash.serve.logprobs import LogprobLog, TokenLogprob
 from specdash.serve.stops import StopText
 from specdash.serve.tools import Call, CallDelta, CallReader
 
@@ -38,6 +42,8 @@ ABORTED = "abort"
 @dataclass(slots=True)
 class Text:
     text: str
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # of the tokens this text completes
+    offset: int = 0  # characters of the answer before it
 
 
 @dataclass(slots=True)
@@ -51,6 +57,7 @@ class Done:
     text: str  # all the text the client was sent
     tokens: list[int]  # every token generated (a stop string's own included)
     calls: list[Call] = field(default_factory=list)  # the tool calls read from the text
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # every sent token's (logprobs asked)
 
 
 @dataclass(slots=True)
@@ -76,6 +83,8 @@ class ServedRequest:
 
     def __post_init__(self) -> None:
         self._stops = StopText(self.ask.stop)
+        self._logprobs = LogprobLog(self.ask.logprobs) if self.ask.logprobs is not None else None
+        self._sent_bytes = self._sent_chars = 0
         tools = self.ask.tools
         # Calls are read from the text only where the model was told of tools.
         self._calls = CallReader(parallel=tools.parallel, names=tuple(tools.names)) \
@@ -115,6 +124,11 @@ class ServedRequest:
     @property
     def drafter(self) -> str | None:
         return self.ask.speculation.drafter
+
+    @property
+    def observe_rows(self) -> Callable[[list[int], np.ndarray, Callable[[int], bytes]], None] | None:
+        """Where the engine tells it each step's rows, when the client asked for logprobs."""
+        return self._logprobs.observe if self._logprobs is not None else None
 
     def grammar(self) -> Grammar | None:
         """A fresh grammar state for a run (a request run again after an engine fault starts over)."""
@@ -158,7 +172,8 @@ class ServedRequest:
                 o.decode_ms = ev.decode_s * 1e3
                 o.draft_n, o.draft_n_accepted = ev.num_draft_tokens, ev.num_accepted_tokens
                 self.state = "done"
-                self._put(Done(o, "".join(self._sent), self._tokens, self._calls.calls if self._calls else []))
+                self._put(Done(o, "".join(self._sent), self._tokens, self._calls.calls if self._calls else [],
+                               self._logprobs.entries[:self._logprobs.released] if self._logprobs else []))
 
     def fail(self, message: str) -> None:
         """The engine could not run it (the HTTP side answers 500 with `message`)."""
@@ -175,7 +190,10 @@ class ServedRequest:
             if isinstance(part, str):
                 if part:
                     self._sent.append(part)
-                    self._put(Text(part))
+                    self._sent_bytes += len(part.encode("utf-8"))
+                    released = self._logprobs.release(self._sent_bytes) if self._logprobs is not None else []
+                    self._put(Text(part, released, self._sent_chars))
+                    self._sent_chars += len(part)
             else:
                 self._put(CallPart(part))
 

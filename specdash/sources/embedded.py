@@ -59,6 +59,11 @@ class Served(Protocol):
         """A fresh grammar state for a run of it (None: unconstrained)."""
         ...
 
+    @property
+    def observe_rows(self) -> Callable[[list[int], Any, Callable[[int], bytes]], None] | None:
+        """Told each step's committed tokens and the target rows behind them (logprobs asked)."""
+        ...
+
     def begin(self) -> bool:
         """The engine takes it now; False: its client left while it waited (skip it)."""
         ...
@@ -80,7 +85,7 @@ def request_options(req: Served) -> RunOptions:
     """A served request's own options: its settings, seed and stop check, its drafter kind,
     and the rows it shares with the previous request kept (a chat's next turn)."""
     return RunOptions(overrides=req.overrides, seed=req.seed, stop_when=req.stop_reason, reuse_rows=True,
-                      drafter=req.drafter, grammar=req.grammar())
+                      drafter=req.drafter, grammar=req.grammar(), observe_rows=req.observe_rows)
 
 
 class SessionLike(Protocol):

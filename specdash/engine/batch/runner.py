@@ -197,7 +197,7 @@ class BatchRunner:
             run, n = slot.run, 1 + len(draft.tokens)
             rows = logits[row:row + n]
             row += n
-            grammar = run.options.grammar
+            raw, grammar = rows, run.options.grammar
             if grammar is not None:
                 rows = grammar.mask(rows, draft.tokens)
             if s.sampling.greedy:
@@ -210,6 +210,8 @@ class BatchRunner:
             done, pieces = commit_run(run, target, draft.tokens, n_acc, nxt)
             if grammar is not None:
                 grammar.accept(done.tokens)
+            if run.options.observe_rows is not None and done.tokens:
+                run.options.observe_rows(done.tokens, raw[:len(done.tokens)], target.piece)
             self.copies.observe(draft.source, draft.evidence, len(draft.tokens), done.accepted)
             ev = StepEvent(
                 step=run.counters.steps + 1, k=choice.k if adaptive else s.k, drafter=rules.drafted_by(draft),
