@@ -213,6 +213,22 @@ def test_logprobs_for_chat_and_completions_whole_and_streamed(client):
     assert plain.choices[0].logprobs is None  # not asked, not sent
 
 
+def test_logit_bias_bans_and_forces_tokens_under_speculation(client):
+    """OpenAI's logit_bias on the target's rows, the verify rule's distribution: -100 bans a
+    token from the answer, +100 makes it the answer (the server drafts with K=4 throughout)."""
+    body = {"model": "m", "prompt": "1, 2, 3, 4,", "temperature": 0, "max_tokens": 8}
+    plain = client.completions.create(**body, extra_body={"return_tokens": True}).model_extra["tokens"]
+    banned = client.completions.create(**body, logit_bias={str(plain[0]): -100},
+                                       extra_body={"return_tokens": True}).model_extra["tokens"]
+    assert plain[0] not in banned and banned != plain
+    forced = client.completions.create(**{**body, "max_tokens": 4}, logit_bias={str(plain[1]): 100},
+                                       extra_body={"return_tokens": True}).model_extra["tokens"]
+    assert forced == [plain[1]] * 4
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(**body, logit_bias={"99999999": 1})
+    assert err.value.body["param"] == "logit_bias"
+
+
 def test_completions_and_per_request_speculation(client, reference, vocab, near_ties):
     prompt = "def fibonacci(n):\n    "
     plain = client.completions.create(model="smollm2-135m", prompt=prompt, temperature=0, max_tokens=32,

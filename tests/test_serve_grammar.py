@@ -109,11 +109,13 @@ def test_greedy_under_a_schema_is_plain_decoding_under_it_for_every_drafter(clie
         assert drafted > 0 and accepted > 0, (drafted, accepted)
 
 
-def test_three_batched_requests_each_keep_their_own_grammar(client, plain):
+@pytest.mark.parametrize("drafter", ["lookup", "suffix", "auto"])
+def test_three_batched_requests_each_keep_their_own_grammar(client, plain, drafter):
+    """(Batched, every request drafts copies: a draft model has one context.)"""
     replies: dict[str, object] = {}
 
     def one(text: str) -> None:
-        replies[text] = ask(client, text)
+        replies[text] = ask(client, text, drafter)
 
     threads = [threading.Thread(target=one, args=(t,)) for t in PROMPTS]
     for t in threads:
@@ -122,7 +124,7 @@ def test_three_batched_requests_each_keep_their_own_grammar(client, plain):
         t.join(300)
     assert set(replies) == set(PROMPTS)
     for text, reply in replies.items():
-        assert_plain_under_grammar(reply, plain(text), f"batched: {text}")
+        assert_plain_under_grammar(reply, plain(text), f"batched, {drafter}: {text}")
 
 
 def test_sampled_answers_stay_inside_the_schema(client):

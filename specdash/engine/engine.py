@@ -68,6 +68,9 @@ class RunOptions:
     # The run's grammar (a JSON schema, a tool call): every step's draft is cut where it
     # forbids a token and each verify row masked by it (engine/grammar.py says why exact).
     grammar: Grammar | None = None
+    # Added to the target's logits for these token ids at every row (OpenAI's logit_bias):
+    # the verify rule then keeps the biased distribution exact, whatever drafted.
+    logit_bias: Mapping[int, float] = field(default_factory=dict)
     # Told, after each step, the committed tokens and the target rows that predicted them
     # (before any grammar), with the target's piece for a token: a client's logprobs.
     observe_rows: Callable[[list[int], np.ndarray, Callable[[int], bytes]], None] | None = None
@@ -493,6 +496,7 @@ class Engine:
         logits = target.decode(batch, run.n_past, logits="all")
         assert logits is not None
         raw = logits
+        logits = biased(logits, run.options.logit_bias)
         if grammar is not None:
             logits = grammar.mask(logits, draft.tokens)
         if s.sampling.greedy:
@@ -657,6 +661,16 @@ class Engine:
     def _take_said(self) -> Iterator[Event]:
         said, self._said = self._said, []
         yield from said
+
+def biased(rows: np.ndarray, bias: Mapping[int, float]) -> np.ndarray:
+    """`rows` with a request's logit_bias added (a copy; the same rows when it has none)."""
+    if not bias:
+        return rows
+    out = np.array(rows, dtype=np.float32)
+    ids = np.fromiter(bias.keys(), dtype=np.int64)
+    out[:, ids] += np.fromiter(bias.values(), dtype=np.float32)
+    return out
+
 
 def commit_run(run: Run, target: LLM, draft: Sequence[int], n_acc: int, nxt: int) -> tuple[rules.Commit, list[str]]:
     """`run` moves past a verified step: the accepted drafts and the target's own token

@@ -60,7 +60,8 @@ FIELDS: tuple[Field, ...] = (
     Field("repeat_penalty", _BOTH, REFUSED, "not applied", neutral=(None, 1, 1.0)),
     Field("presence_penalty", _BOTH, REFUSED, "not applied", neutral=(None, 0, 0.0)),
     Field("frequency_penalty", _BOTH, REFUSED, "not applied", neutral=(None, 0, 0.0)),
-    Field("logit_bias", _BOTH, REFUSED, "not applied", neutral=(None, {})),
+    Field("logit_bias", _BOTH, HONOURED, "token id -> -100..100 added to the target's logit at every row; "
+                                         "speculation stays exact"),
     Field("suffix", _COMP, REFUSED, "no fill-in-the-middle", neutral=(None, "")),
     Field("best_of", _COMP, REFUSED, "one choice per request", neutral=(None, 1)),
     Field("modalities", _CHAT, REFUSED, "text only", neutral=(None, ["text"])),

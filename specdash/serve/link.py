@@ -154,6 +154,10 @@ class EngineLink:
                     raise BadRequest(said, "tools" if said.startswith(("'tools'", "tools:")) else "messages") from None
             else:
                 tokens = vocab.tokenize(ask.prompt)
+        beyond = [t for t in ask.logit_bias if t >= vocab.n_vocab]
+        if beyond:
+            raise BadRequest(f"'logit_bias' names token {beyond[0]}, past the vocabulary ({vocab.n_vocab} tokens)",
+                             "logit_bias")
         field = "messages" if ask.kind == "chat" else "prompt"
         if len(tokens) + 1 > self.n_ctx:
             raise BadRequest(f"'{field}' is {len(tokens)} tokens but the context holds {self.n_ctx}; "

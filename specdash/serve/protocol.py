@@ -68,6 +68,7 @@ class Ask:
     echo: bool = False
     return_tokens: bool = False  # llama-server's key: the generated token ids as well
     logprobs: int | None = None  # each token's logprob and this many alternatives (None: none)
+    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
     speculation: Speculation = field(default_factory=Speculation)
 
     def overrides(self) -> dict[str, Any]:
@@ -176,6 +177,7 @@ def _common(body: Any, kind: str) -> Ask:
     )
     if ask.top_p == 0.0:
         raise BadRequest("'top_p' must be above 0", "top_p")
+    ask.logit_bias = _logit_bias(body.get("logit_bias"))
     if kind == "chat":
         top = _number(body, "top_logprobs", 0, TOP_CAP, integer=True)
         wanted = body.get("logprobs", False)
@@ -188,6 +190,23 @@ def _common(body: Any, kind: str) -> Ask:
         top = None if body.get("logprobs") is False else _number(body, "logprobs", 0, TOP_CAP, integer=True)
         ask.logprobs = top
     return ask
+
+
+def _logit_bias(value: Any) -> dict[int, float]:
+    """OpenAI's {"token id": bias -100..100}; the ids are checked against the vocabulary
+    when the request is tokenized (serve/link.py)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > 1024:
+        raise BadRequest("'logit_bias' must be an object of at most 1024 {\"token id\": bias}", "logit_bias")
+    out = {}
+    for key, bias in value.items():
+        if not (isinstance(key, str) and key.isdigit()) or isinstance(bias, bool) or \
+                not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+            raise BadRequest(f"'logit_bias' takes token ids (strings of digits) to numbers -100..100, "
+                             f"got {key!r}: {bias!r}", "logit_bias")
+        out[int(key)] = float(bias)
+    return out
 
 
 def parse_completion(body: Any) -> Ask:

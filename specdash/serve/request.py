@@ -126,6 +126,10 @@ class ServedRequest:
         return self.ask.speculation.drafter
 
     @property
+    def logit_bias(self) -> dict[int, float]:
+        return self.ask.logit_bias
+
+    @property
     def observe_rows(self) -> Callable[[list[int], np.ndarray, Callable[[int], bytes]], None] | None:
         """Where the engine tells it each step's rows, when the client asked for logprobs."""
         return self._logprobs.observe if self._logprobs is not None else None

@@ -60,6 +60,9 @@ class Served(Protocol):
         ...
 
     @property
+    def logit_bias(self) -> dict[int, float]: ...
+
+    @property
     def observe_rows(self) -> Callable[[list[int], Any, Callable[[int], bytes]], None] | None:
         """Told each step's committed tokens and the target rows behind them (logprobs asked)."""
         ...
@@ -85,7 +88,8 @@ def request_options(req: Served) -> RunOptions:
     """A served request's own options: its settings, seed and stop check, its drafter kind,
     and the rows it shares with the previous request kept (a chat's next turn)."""
     return RunOptions(overrides=req.overrides, seed=req.seed, stop_when=req.stop_reason, reuse_rows=True,
-                      drafter=req.drafter, grammar=req.grammar(), observe_rows=req.observe_rows)
+                      drafter=req.drafter, grammar=req.grammar(), observe_rows=req.observe_rows,
+                      logit_bias=req.logit_bias)
 
 
 class SessionLike(Protocol):

@@ -35,7 +35,7 @@ from specdash.engine.controller_settings import ControllerSettings
 from specdash.engine.draft_pricing import CopyPricing, expected_tokens
 from specdash.engine.drafters.base import Draft
 from specdash.engine.drafters.suffix import SuffixHistory
-from specdash.engine.engine import Engine, Run, RunOptions, commit_run, ends_now, summarize
+from specdash.engine.engine import Engine, Run, RunOptions, biased, commit_run, ends_now, summarize
 from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
 from specdash.contract.errors import SpecdashError
 from specdash.contract.events import Event, PrefillEvent, StepEvent
@@ -198,6 +198,7 @@ class BatchRunner:
             rows = logits[row:row + n]
             row += n
             raw, grammar = rows, run.options.grammar
+            rows = biased(rows, run.options.logit_bias)
             if grammar is not None:
                 rows = grammar.mask(rows, draft.tokens)
             if s.sampling.greedy:
