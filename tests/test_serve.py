@@ -229,6 +229,40 @@ def test_logit_bias_bans_and_forces_tokens_under_speculation(client):
     assert err.value.body["param"] == "logit_bias"
 
 
+def test_repetition_penalties_stay_plain_decoding_under_speculation(client):
+    """Greedy with repeat, frequency and presence penalties through the server (drafting at
+    K=4) is greedy decoding one token a step with the same penalties, or differs first at a
+    near-tie."""
+    import numpy as np
+
+    from specdash.engine.penalties import Penalties, penalized
+
+    prompt_text = "1, 2, 3, 1, 2, 3, 1, 2,"
+    body = {"model": "m", "prompt": prompt_text, "temperature": 0, "max_tokens": 24, "frequency_penalty": 0.5,
+            "presence_penalty": 0.3}
+    got = client.completions.create(**body, extra_body={"return_tokens": True, "repeat_penalty": 1.3}
+                                    ).model_extra["tokens"]
+    unpenalized = client.completions.create(model="m", prompt=prompt_text, temperature=0, max_tokens=24,
+                                            extra_body={"return_tokens": True}).model_extra["tokens"]
+    assert got != unpenalized  # the penalties changed the answer
+    llm = LLM(model_path("smollm2-135m"), n_ctx=CTX, n_threads=2)
+    try:
+        p = Penalties(repeat=1.3, frequency=0.5, presence=0.3)
+        tokens = llm.tokenize(prompt_text)
+        llm.prefill(tokens[:-1])
+        want, gaps = [], []
+        for _ in range(len(got)):
+            row = penalized(llm.decode([tokens[-1]], len(tokens) - 1, logits="all"), tokens, [], p)[0]
+            top = np.sort(row)[-2:]
+            gaps.append(float(top[1] - top[0]))
+            tokens.append(int(row.argmax()))
+            want.append(tokens[-1])
+    finally:
+        llm.close()
+    i = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+    assert i is None or gaps[i] < TIE_GAP, (i, got, want)
+
+
 def test_completions_and_per_request_speculation(client, reference, vocab, near_ties):
     prompt = "def fibonacci(n):\n    "
     plain = client.completions.create(model="smollm2-135m", prompt=prompt, temperature=0, max_tokens=32,

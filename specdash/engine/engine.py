@@ -36,6 +36,7 @@ from specdash.engine.stats import SpecCounters
 from specdash.engine.target_costs import TargetCosts
 from specdash.engine.supports import ALWAYS
 from specdash.engine.grammar import Grammar
+from specdash.engine.penalties import Penalties, penalized
 from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
 from specdash.contract.errors import SpecdashError
 from specdash.contract.events import Event, NoticeEvent, PrefillEvent, SettingsEvent, StepEvent, Summary
@@ -71,6 +72,7 @@ class RunOptions:
     # Added to the target's logits for these token ids at every row (OpenAI's logit_bias):
     # the verify rule then keeps the biased distribution exact, whatever drafted.
     logit_bias: Mapping[int, float] = field(default_factory=dict)
+    penalties: Penalties | None = None  # repeat, frequency, presence (engine/penalties.py)
     # Told, after each step, the committed tokens and the target rows that predicted them
     # (before any grammar), with the target's piece for a token: a client's logprobs.
     observe_rows: Callable[[list[int], np.ndarray, Callable[[int], bytes]], None] | None = None
@@ -496,7 +498,7 @@ class Engine:
         logits = target.decode(batch, run.n_past, logits="all")
         assert logits is not None
         raw = logits
-        logits = biased(logits, run.options.logit_bias)
+        logits = penalized(biased(logits, run.options.logit_bias), run.tokens, draft.tokens, run.options.penalties)
         if grammar is not None:
             logits = grammar.mask(logits, draft.tokens)
         if s.sampling.greedy:

@@ -57,9 +57,10 @@ FIELDS: tuple[Field, ...] = (
                                        "own distribution, before any grammar; not with tools"),
     Field("top_logprobs", _CHAT, HONOURED, "0-20 alternatives per token"),
     Field("min_p", _BOTH, REFUSED, "not applied", neutral=(None, 0, 0.0)),
-    Field("repeat_penalty", _BOTH, REFUSED, "not applied", neutral=(None, 1, 1.0)),
-    Field("presence_penalty", _BOTH, REFUSED, "not applied", neutral=(None, 0, 0.0)),
-    Field("frequency_penalty", _BOTH, REFUSED, "not applied", neutral=(None, 0, 0.0)),
+    Field("repeat_penalty", _BOTH, HONOURED, "llama-server's, 0.01-10, over the last 64 tokens of the context "
+                                             "(llama.cpp's penalties sampler); speculation stays exact"),
+    Field("presence_penalty", _BOTH, HONOURED, "-2..2, over the same window"),
+    Field("frequency_penalty", _BOTH, HONOURED, "-2..2, per occurrence in the same window"),
     Field("logit_bias", _BOTH, HONOURED, "token id -> -100..100 added to the target's logit at every row; "
                                          "speculation stays exact"),
     Field("suffix", _COMP, REFUSED, "no fill-in-the-middle", neutral=(None, "")),

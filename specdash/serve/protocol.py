@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdash.contract.limits import K_CAP
+from specdash.engine.penalties import Penalties
 from specdash.serve.bad_request import BadRequest
 from specdash.serve.fields import check_fields
 from specdash.serve.logprobs import TOP_CAP, TokenLogprob, chat_logprobs, completion_logprobs
@@ -69,6 +70,7 @@ class Ask:
     return_tokens: bool = False  # llama-server's key: the generated token ids as well
     logprobs: int | None = None  # each token's logprob and this many alternatives (None: none)
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
+    penalties: Penalties | None = None  # repeat_penalty, frequency_penalty, presence_penalty
     speculation: Speculation = field(default_factory=Speculation)
 
     def overrides(self) -> dict[str, Any]:
@@ -178,6 +180,10 @@ def _common(body: Any, kind: str) -> Ask:
     if ask.top_p == 0.0:
         raise BadRequest("'top_p' must be above 0", "top_p")
     ask.logit_bias = _logit_bias(body.get("logit_bias"))
+    penalties = Penalties(repeat=_number(body, "repeat_penalty", 0.01, 10.0) or 1.0,
+                          frequency=_number(body, "frequency_penalty", -2.0, 2.0) or 0.0,
+                          presence=_number(body, "presence_penalty", -2.0, 2.0) or 0.0)
+    ask.penalties = penalties if penalties.active else None
     if kind == "chat":
         top = _number(body, "top_logprobs", 0, TOP_CAP, integer=True)
         wanted = body.get("logprobs", False)

@@ -24,6 +24,7 @@ import numpy as np
 
 from specdash.contract import events as E
 from specdash.engine.grammar import CompiledGrammar, Grammar
+from specdash.engine.penalties import Penalties
 from specdash.serve.protocol import Ask, Outcome
 from specdash.serve.logprobs import LogprobLog, TokenLogprob
 from specdash.serve.stops import StopText
@@ -128,6 +129,10 @@ class ServedRequest:
     @property
     def logit_bias(self) -> dict[int, float]:
         return self.ask.logit_bias
+
+    @property
+    def penalties(self) -> Penalties | None:
+        return self.ask.penalties
 
     @property
     def observe_rows(self) -> Callable[[list[int], np.ndarray, Callable[[int], bytes]], None] | None:

@@ -27,6 +27,7 @@ from specdash.contract import events as E
 from specdash.engine import supports as engine_supports
 from specdash.engine.engine import RunOptions
 from specdash.engine.grammar import Grammar
+from specdash.engine.penalties import Penalties
 from specdash.engine.settings import EngineSettings
 from specdash.contract.errors import SpecdashError
 from specdash.contract.events import Event
@@ -63,6 +64,9 @@ class Served(Protocol):
     def logit_bias(self) -> dict[int, float]: ...
 
     @property
+    def penalties(self) -> Penalties | None: ...
+
+    @property
     def observe_rows(self) -> Callable[[list[int], Any, Callable[[int], bytes]], None] | None:
         """Told each step's committed tokens and the target rows behind them (logprobs asked)."""
         ...
@@ -89,7 +93,7 @@ def request_options(req: Served) -> RunOptions:
     and the rows it shares with the previous request kept (a chat's next turn)."""
     return RunOptions(overrides=req.overrides, seed=req.seed, stop_when=req.stop_reason, reuse_rows=True,
                       drafter=req.drafter, grammar=req.grammar(), observe_rows=req.observe_rows,
-                      logit_bias=req.logit_bias)
+                      logit_bias=req.logit_bias, penalties=req.penalties)
 
 
 class SessionLike(Protocol):

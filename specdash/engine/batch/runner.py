@@ -36,6 +36,7 @@ from specdash.engine.draft_pricing import CopyPricing, expected_tokens
 from specdash.engine.drafters.base import Draft
 from specdash.engine.drafters.suffix import SuffixHistory
 from specdash.engine.engine import Engine, Run, RunOptions, biased, commit_run, ends_now, summarize
+from specdash.engine.penalties import penalized
 from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
 from specdash.contract.errors import SpecdashError
 from specdash.contract.events import Event, PrefillEvent, StepEvent
@@ -198,7 +199,7 @@ class BatchRunner:
             rows = logits[row:row + n]
             row += n
             raw, grammar = rows, run.options.grammar
-            rows = biased(rows, run.options.logit_bias)
+            rows = penalized(biased(rows, run.options.logit_bias), run.tokens, draft.tokens, run.options.penalties)
             if grammar is not None:
                 rows = grammar.mask(rows, draft.tokens)
             if s.sampling.greedy:
