@@ -263,6 +263,23 @@ def test_repetition_penalties_stay_plain_decoding_under_speculation(client):
     assert i is None or gaps[i] < TIE_GAP, (i, got, want)
 
 
+def test_min_p_keeps_only_tokens_near_the_most_likely_while_drafting(client):
+    """Sampled at temperature 1 (so the reported logprobs are the sampling distribution's
+    before the cut), every token min_p=0.5 lets through is at least half as likely as the
+    best; without it, some are not."""
+    import math
+
+    def tokens(min_p: float, seed: int) -> list:
+        r = client.completions.create(model="m", prompt="Once upon a time", temperature=1.0, top_p=1.0, seed=seed,
+                                      max_tokens=24, logprobs=1, extra_body={"min_p": min_p, "top_k": 0})
+        lp = r.choices[0].logprobs
+        return [(own, next(iter(top.values()))) for own, top in zip(lp.token_logprobs, lp.top_logprobs)]
+
+    for seed in range(3):
+        assert all(own >= best + math.log(0.5) - 1e-3 for own, best in tokens(0.5, seed))
+    assert any(own < best + math.log(0.5) for seed in range(3) for own, best in tokens(0.0, seed))
+
+
 def test_completions_and_per_request_speculation(client, reference, vocab, near_ties):
     prompt = "def fibonacci(n):\n    "
     plain = client.completions.create(model="smollm2-135m", prompt=prompt, temperature=0, max_tokens=32,

@@ -35,7 +35,7 @@ def test_what_asks_for_nothing_is_served(extra):
     ({"n": 3}, "n"), ({"logprobs": 1}, "logprobs"), ({"top_logprobs": 2}, "top_logprobs"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"logprobs": True, "tools": [{"type": "function", "function": {"name": "f"}}]}, "logprobs"),
-    ({"frequency_penalty": 3}, "frequency_penalty"), ({"min_p": 0.1}, "min_p"), ({"logit_bias": {"one": 5}}, "logit_bias"), ({"logit_bias": {"1": 500}}, "logit_bias"),
+    ({"frequency_penalty": 3}, "frequency_penalty"), ({"min_p": 2}, "min_p"), ({"suffix": "x"}, "suffix"), ({"logit_bias": {"one": 5}}, "logit_bias"), ({"logit_bias": {"1": 500}}, "logit_bias"),
     ({"response_format": {"type": "xml"}}, "response_format.type"), ({"audio": {}}, "audio"),
     ({"echo": True}, "echo"),  # a completions field, on chat
     ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),

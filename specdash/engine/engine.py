@@ -37,7 +37,7 @@ from specdash.engine.target_costs import TargetCosts
 from specdash.engine.supports import ALWAYS
 from specdash.engine.grammar import Grammar
 from specdash.engine.penalties import Penalties, penalized
-from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
+from specdash.engine.verify import keep_min_p, process_logits, verify_greedy, verify_sampling
 from specdash.contract.errors import SpecdashError
 from specdash.contract.events import Event, NoticeEvent, PrefillEvent, SettingsEvent, StepEvent, Summary
 
@@ -73,6 +73,7 @@ class RunOptions:
     # the verify rule then keeps the biased distribution exact, whatever drafted.
     logit_bias: Mapping[int, float] = field(default_factory=dict)
     penalties: Penalties | None = None  # repeat, frequency, presence (engine/penalties.py)
+    min_p: float = 0.0  # sampling: tokens below min_p times the most likely one are cut (verify.keep_min_p)
     # Told, after each step, the committed tokens and the target rows that predicted them
     # (before any grammar), with the target's piece for a token: a client's logprobs.
     observe_rows: Callable[[list[int], np.ndarray, Callable[[int], bytes]], None] | None = None
@@ -506,7 +507,7 @@ class Engine:
             t_verify = time.perf_counter()
             n_acc, nxt = verify_greedy(argmax, draft.tokens)
         else:
-            probs = process_logits(logits, s.sampling)
+            probs = keep_min_p(process_logits(logits, s.sampling), run.options.min_p)
             t_verify = time.perf_counter()
             n_acc, nxt = verify_sampling(probs, draft.tokens, draft.probs, rng)
 

@@ -33,6 +33,19 @@ def process_logits(logits: np.ndarray, sampling: SamplingParams) -> np.ndarray:
     return probs
 
 
+def keep_min_p(probs: np.ndarray, min_p: float) -> np.ndarray:
+    """Rows of probabilities with every token below `min_p` times its row's most likely
+    one removed, renormalized (in place; 0 does nothing). Applied to the target's rows, as
+    the verify rule's distribution, it keeps speculation exact like any other shaping; here
+    it comes after temperature, top-k and top-p (llama.cpp cuts on the unscaled logits)."""
+    if min_p <= 0:
+        return probs
+    for row in np.atleast_2d(probs):
+        row[row < row.max() * min_p] = 0.0
+        row /= row.sum()
+    return probs
+
+
 def _to_probs_in_place(z: np.ndarray, top_k: int, top_p: float) -> None:
     z -= z.max()  # exp of values <= 0 cannot overflow
     np.exp(z, out=z)

@@ -56,7 +56,8 @@ FIELDS: tuple[Field, ...] = (
     Field("logprobs", _BOTH, HONOURED, "chat: true; completions: how many alternatives (0-20); the target's "
                                        "own distribution, before any grammar; not with tools"),
     Field("top_logprobs", _CHAT, HONOURED, "0-20 alternatives per token"),
-    Field("min_p", _BOTH, REFUSED, "not applied", neutral=(None, 0, 0.0)),
+    Field("min_p", _BOTH, HONOURED, "0..1: sampling keeps the tokens at least min_p times the most likely "
+                                    "one (after temperature, top-k, top-p); speculation stays exact"),
     Field("repeat_penalty", _BOTH, HONOURED, "llama-server's, 0.01-10, over the last 64 tokens of the context "
                                              "(llama.cpp's penalties sampler); speculation stays exact"),
     Field("presence_penalty", _BOTH, HONOURED, "-2..2, over the same window"),

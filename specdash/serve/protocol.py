@@ -71,6 +71,7 @@ class Ask:
     logprobs: int | None = None  # each token's logprob and this many alternatives (None: none)
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
     penalties: Penalties | None = None  # repeat_penalty, frequency_penalty, presence_penalty
+    min_p: float = 0.0
     speculation: Speculation = field(default_factory=Speculation)
 
     def overrides(self) -> dict[str, Any]:
@@ -184,6 +185,7 @@ def _common(body: Any, kind: str) -> Ask:
                           frequency=_number(body, "frequency_penalty", -2.0, 2.0) or 0.0,
                           presence=_number(body, "presence_penalty", -2.0, 2.0) or 0.0)
     ask.penalties = penalties if penalties.active else None
+    ask.min_p = _number(body, "min_p", 0.0, 1.0) or 0.0
     if kind == "chat":
         top = _number(body, "top_logprobs", 0, TOP_CAP, integer=True)
         wanted = body.get("logprobs", False)

@@ -135,6 +135,10 @@ class ServedRequest:
         return self.ask.penalties
 
     @property
+    def min_p(self) -> float:
+        return self.ask.min_p
+
+    @property
     def observe_rows(self) -> Callable[[list[int], np.ndarray, Callable[[int], bytes]], None] | None:
         """Where the engine tells it each step's rows, when the client asked for logprobs."""
         return self._logprobs.observe if self._logprobs is not None else None

@@ -67,6 +67,9 @@ class Served(Protocol):
     def penalties(self) -> Penalties | None: ...
 
     @property
+    def min_p(self) -> float: ...
+
+    @property
     def observe_rows(self) -> Callable[[list[int], Any, Callable[[int], bytes]], None] | None:
         """Told each step's committed tokens and the target rows behind them (logprobs asked)."""
         ...
@@ -93,7 +96,8 @@ def request_options(req: Served) -> RunOptions:
     and the rows it shares with the previous request kept (a chat's next turn)."""
     return RunOptions(overrides=req.overrides, seed=req.seed, stop_when=req.stop_reason, reuse_rows=True,
                       drafter=req.drafter, grammar=req.grammar(), observe_rows=req.observe_rows,
-                      logit_bias=req.logit_bias, penalties=req.penalties)
+                      logit_bias=req.logit_bias, penalties=req.penalties,
+                      min_p=req.min_p)
 
 
 class SessionLike(Protocol):

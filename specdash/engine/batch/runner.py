@@ -37,7 +37,7 @@ from specdash.engine.drafters.base import Draft
 from specdash.engine.drafters.suffix import SuffixHistory
 from specdash.engine.engine import Engine, Run, RunOptions, biased, commit_run, ends_now, summarize
 from specdash.engine.penalties import penalized
-from specdash.engine.verify import process_logits, verify_greedy, verify_sampling
+from specdash.engine.verify import keep_min_p, process_logits, verify_greedy, verify_sampling
 from specdash.contract.errors import SpecdashError
 from specdash.contract.events import Event, PrefillEvent, StepEvent
 
@@ -205,7 +205,8 @@ class BatchRunner:
             if s.sampling.greedy:
                 n_acc, nxt = verify_greedy(rows.argmax(axis=1), draft.tokens)
             else:
-                n_acc, nxt = verify_sampling(process_logits(rows, s.sampling), draft.tokens, draft.probs,
+                n_acc, nxt = verify_sampling(keep_min_p(process_logits(rows, s.sampling), run.options.min_p),
+                                             draft.tokens, draft.probs,
                                              run.rng or engine.rng)
             if n_acc < len(draft.tokens):
                 target.kv_truncate(run.n_past + 1 + n_acc, slot.seq)
