@@ -36,8 +36,9 @@ from specdash.engine.stats import SpecCounters
 from specdash.engine.target_costs import TargetCosts
 from specdash.engine.supports import ALWAYS
 from specdash.engine.grammar import Grammar
-from specdash.engine.penalties import Penalties, penalized
-from specdash.engine.verify import keep_min_p, process_logits, verify_greedy, verify_sampling
+from specdash.engine.penalties import Penalties
+from specdash.engine.request_rows import allowed_draft, committed, sampling_probs, shaped_rows
+from specdash.engine.verify import verify_greedy, verify_sampling
 from specdash.contract.errors import SpecdashError
 from specdash.contract.events import Event, NoticeEvent, PrefillEvent, SettingsEvent, StepEvent, Summary
 
@@ -485,10 +486,7 @@ class Engine:
             cap = rules.k_cap(room, adaptive=adaptive, k=s.k, k_max=s.k_max)
             draft, k, decision = propose(self.drafter, run.tokens, cap, self.controller if adaptive else None,
                                          content, s.sampling, rng, horizon=run.max_tokens - run.generated)
-        draft = rules.fit(draft, k, limits)
-        grammar = run.options.grammar
-        if grammar is not None:
-            draft = draft.cut(grammar.cut(draft.tokens))
+        draft = allowed_draft(run.options, rules.fit(draft, k, limits))
         draft_rb_ms, draft_rb_bytes = _take_draft_rollback(self.drafter)
         t_draft = time.perf_counter()
 
@@ -498,16 +496,13 @@ class Engine:
         save_ms = rb.take_ms()
         logits = target.decode(batch, run.n_past, logits="all")
         assert logits is not None
-        raw = logits
-        logits = penalized(biased(logits, run.options.logit_bias), run.tokens, draft.tokens, run.options.penalties)
-        if grammar is not None:
-            logits = grammar.mask(logits, draft.tokens)
+        raw, logits = logits, shaped_rows(run.options, logits, run.tokens, draft.tokens)
         if s.sampling.greedy:
             argmax = logits.argmax(axis=1)
             t_verify = time.perf_counter()
             n_acc, nxt = verify_greedy(argmax, draft.tokens)
         else:
-            probs = keep_min_p(process_logits(logits, s.sampling), run.options.min_p)
+            probs = sampling_probs(run.options, logits, s.sampling)
             t_verify = time.perf_counter()
             n_acc, nxt = verify_sampling(probs, draft.tokens, draft.probs, rng)
 
@@ -516,10 +511,7 @@ class Engine:
             rb.keep(run.n_past + 1 + n_acc, batch)
         restore_ms = rb.take_ms()
         done, pieces = commit_run(run, target, draft.tokens, n_acc, nxt)
-        if grammar is not None:
-            grammar.accept(done.tokens)
-        if run.options.observe_rows is not None and done.tokens:
-            run.options.observe_rows(done.tokens, raw[:len(done.tokens)], target.piece)
+        committed(run.options, done.tokens, raw, target.piece)
         if self.detector is not None:
             self.detector.update("".join(pieces))
 
@@ -664,16 +656,6 @@ class Engine:
     def _take_said(self) -> Iterator[Event]:
         said, self._said = self._said, []
         yield from said
-
-def biased(rows: np.ndarray, bias: Mapping[int, float]) -> np.ndarray:
-    """`rows` with a request's logit_bias added (a copy; the same rows when it has none)."""
-    if not bias:
-        return rows
-    out = np.array(rows, dtype=np.float32)
-    ids = np.fromiter(bias.keys(), dtype=np.int64)
-    out[:, ids] += np.fromiter(bias.values(), dtype=np.float32)
-    return out
-
 
 def commit_run(run: Run, target: LLM, draft: Sequence[int], n_acc: int, nxt: int) -> tuple[rules.Commit, list[str]]:
     """`run` moves past a verified step: the accepted drafts and the target's own token

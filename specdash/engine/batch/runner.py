@@ -35,9 +35,9 @@ from specdash.engine.controller_settings import ControllerSettings
 from specdash.engine.draft_pricing import CopyPricing, expected_tokens
 from specdash.engine.drafters.base import Draft
 from specdash.engine.drafters.suffix import SuffixHistory
-from specdash.engine.engine import Engine, Run, RunOptions, biased, commit_run, ends_now, summarize
-from specdash.engine.penalties import penalized
-from specdash.engine.verify import keep_min_p, process_logits, verify_greedy, verify_sampling
+from specdash.engine.engine import Engine, Run, RunOptions, commit_run, ends_now, summarize
+from specdash.engine.request_rows import allowed_draft, committed, sampling_probs, shaped_rows
+from specdash.engine.verify import verify_greedy, verify_sampling
 from specdash.contract.errors import SpecdashError
 from specdash.contract.events import Event, PrefillEvent, StepEvent
 
@@ -175,10 +175,8 @@ class BatchRunner:
             choices = plan(offers, self.costs.cost)
         else:
             choices = [Choice(len(d.tokens), "") for d in drafts]
-        drafts = [rules.fit(d, c.k, limits) for d, c in zip(drafts, choices)]
-        # A request's grammar cuts its draft at the first token it forbids (engine/grammar.py).
-        drafts = [d if (g := slot.run.options.grammar) is None else d.cut(g.cut(d.tokens))
-                  for slot, d in zip(slots, drafts)]
+        drafts = [allowed_draft(slot.run.options, rules.fit(d, c.k, limits))
+                  for slot, d, c in zip(slots, drafts, choices)]
         t_draft = time.perf_counter()
 
         # 3. Verify: every sequence's last token and draft in ONE batch, logits for all.
@@ -198,23 +196,16 @@ class BatchRunner:
             run, n = slot.run, 1 + len(draft.tokens)
             rows = logits[row:row + n]
             row += n
-            raw, grammar = rows, run.options.grammar
-            rows = penalized(biased(rows, run.options.logit_bias), run.tokens, draft.tokens, run.options.penalties)
-            if grammar is not None:
-                rows = grammar.mask(rows, draft.tokens)
+            raw, rows = rows, shaped_rows(run.options, rows, run.tokens, draft.tokens)
             if s.sampling.greedy:
                 n_acc, nxt = verify_greedy(rows.argmax(axis=1), draft.tokens)
             else:
-                n_acc, nxt = verify_sampling(keep_min_p(process_logits(rows, s.sampling), run.options.min_p),
-                                             draft.tokens, draft.probs,
+                n_acc, nxt = verify_sampling(sampling_probs(run.options, rows, s.sampling), draft.tokens, draft.probs,
                                              run.rng or engine.rng)
             if n_acc < len(draft.tokens):
                 target.kv_truncate(run.n_past + 1 + n_acc, slot.seq)
             done, pieces = commit_run(run, target, draft.tokens, n_acc, nxt)
-            if grammar is not None:
-                grammar.accept(done.tokens)
-            if run.options.observe_rows is not None and done.tokens:
-                run.options.observe_rows(done.tokens, raw[:len(done.tokens)], target.piece)
+            committed(run.options, done.tokens, raw, target.piece)
             self.copies.observe(draft.source, draft.evidence, len(draft.tokens), done.accepted)
             ev = StepEvent(
                 step=run.counters.steps + 1, k=choice.k if adaptive else s.k, drafter=rules.drafted_by(draft),
