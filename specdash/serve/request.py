@@ -17,14 +17,11 @@ import asyncio
 import itertools
 import threading
 from dataclasses import dataclass, field
-from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from specdash.contract import events as E
-from specdash.engine.grammar import CompiledGrammar, Grammar
-from specdash.engine.penalties import Penalties
+from specdash.engine.engine import RunOptions
+from specdash.engine.grammar import CompiledGrammar
 from specdash.serve.protocol import Ask, Outcome
 from specdash.serve.logprobs import LogprobLog, TokenLogprob
 from specdash.serve.stops import StopText
@@ -114,38 +111,16 @@ class ServedRequest:
     def max_tokens(self) -> int | None:
         return self.ask.max_tokens
 
-    @property
-    def overrides(self) -> dict[str, Any]:
-        return self.ask.overrides()
-
-    @property
-    def seed(self) -> int | None:
-        return self.ask.seed
-
-    @property
-    def drafter(self) -> str | None:
-        return self.ask.speculation.drafter
-
-    @property
-    def logit_bias(self) -> dict[int, float]:
-        return self.ask.logit_bias
-
-    @property
-    def penalties(self) -> Penalties | None:
-        return self.ask.penalties
-
-    @property
-    def min_p(self) -> float:
-        return self.ask.min_p
-
-    @property
-    def observe_rows(self) -> Callable[[list[int], np.ndarray, Callable[[int], bytes]], None] | None:
-        """Where the engine tells it each step's rows, when the client asked for logprobs."""
-        return self._logprobs.observe if self._logprobs is not None else None
-
-    def grammar(self) -> Grammar | None:
-        """A fresh grammar state for a run (a request run again after an engine fault starts over)."""
-        return self.compiled.start() if self.compiled is not None else None
+    def run_options(self) -> RunOptions:
+        """What the engine runs it with (sources/embedded.Served): the client's settings on
+        top of the live ones, its sampling rules, a fresh grammar state for each run (one run
+        again after an engine fault starts over), and its stop check before every step."""
+        ask = self.ask
+        return RunOptions(overrides=ask.overrides(), seed=ask.seed, stop_when=self.stop_reason, reuse_rows=True,
+                          drafter=ask.speculation.drafter,
+                          grammar=self.compiled.start() if self.compiled is not None else None,
+                          logit_bias=ask.logit_bias, penalties=ask.penalties, min_p=ask.min_p,
+                          observe_rows=self._logprobs.observe if self._logprobs is not None else None)
 
     def begin(self) -> bool:
         """The engine takes it; False if the client left while it waited."""

@@ -26,8 +26,6 @@ from typing import Any, Protocol, cast
 from specdash.contract import events as E
 from specdash.engine import supports as engine_supports
 from specdash.engine.engine import RunOptions
-from specdash.engine.grammar import Grammar
-from specdash.engine.penalties import Penalties
 from specdash.engine.settings import EngineSettings
 from specdash.contract.errors import SpecdashError
 from specdash.contract.events import Event
@@ -49,29 +47,10 @@ class Served(Protocol):
     def tokens(self) -> list[int]: ...
     @property
     def max_tokens(self) -> int | None: ...
-    @property
-    def overrides(self) -> dict[str, Any]: ...
-    @property
-    def seed(self) -> int | None: ...
-    @property
-    def drafter(self) -> str | None: ...
-
-    def grammar(self) -> Grammar | None:
-        """A fresh grammar state for a run of it (None: unconstrained)."""
-        ...
-
-    @property
-    def logit_bias(self) -> dict[int, float]: ...
-
-    @property
-    def penalties(self) -> Penalties | None: ...
-
-    @property
-    def min_p(self) -> float: ...
-
-    @property
-    def observe_rows(self) -> Callable[[list[int], Any, Callable[[int], bytes]], None] | None:
-        """Told each step's committed tokens and the target rows behind them (logprobs asked)."""
+    def run_options(self) -> RunOptions:
+        """Its own options for a run of it: settings, seed, drafter, sampling rules, a fresh
+        grammar state (a request run again after an engine fault starts over), its stop check,
+        and the rows it shares with the previous request kept (a chat's next turn)."""
         ...
 
     def begin(self) -> bool:
@@ -89,15 +68,6 @@ class Served(Protocol):
     def fail(self, message: str) -> None:
         """The run failed or was abandoned; `message` says why."""
         ...
-
-
-def request_options(req: Served) -> RunOptions:
-    """A served request's own options: its settings, seed and stop check, its drafter kind,
-    and the rows it shares with the previous request kept (a chat's next turn)."""
-    return RunOptions(overrides=req.overrides, seed=req.seed, stop_when=req.stop_reason, reuse_rows=True,
-                      drafter=req.drafter, grammar=req.grammar(), observe_rows=req.observe_rows,
-                      logit_bias=req.logit_bias, penalties=req.penalties,
-                      min_p=req.min_p)
 
 
 class SessionLike(Protocol):
@@ -467,7 +437,7 @@ class EmbeddedSource:
         with self._lock:
             self._running = True
         events = session.run(item.text, item.max_tokens) if request is None \
-            else session.run_request(request.tokens, request.max_tokens, request_options(request))
+            else session.run_request(request.tokens, request.max_tokens, request.run_options())
         try:
             for ev in events:
                 if isinstance(ev, E.SettingsEvent):
@@ -560,7 +530,7 @@ class EmbeddedSource:
         self._emit(E.PromptEvent(item.title, item.text, request=tag, t=E.now()))
         try:
             events = session.admit_prompt(runner, item.text, item.max_tokens, tag) if request is None \
-                else session.admit_request(runner, request.tokens, request.max_tokens, request_options(request), tag)
+                else session.admit_request(runner, request.tokens, request.max_tokens, request.run_options(), tag)
             for ev in events:
                 self._batch_event(batch, ev)
         except SpecdashError as exc:  # one request's failure is its own, as one at a time
