@@ -19,7 +19,6 @@ advance the grammar. Greedy output with any drafter is then greedy output under 
 from __future__ import annotations
 
 import json
-import threading
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -32,6 +31,14 @@ from specdash.contract.errors import SpecdashError
 # lets a model pad with newlines forever (llguidance #267), and a fixed style is text the
 # grammar fixes, which its drafts can take.
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+class GrammarRefused(SpecdashError):
+    """A grammar this engine cannot enforce; `param`: the request field it came from."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
 
 
 class GrammarDiverged(RuntimeError):
@@ -71,20 +78,12 @@ class Grammar:
             # disagreeing with its own mask. Failing the request beats text outside it.
             raise GrammarDiverged(f"the grammar refused a token its mask allowed ({self._m.get_error() or 'no reason'})")
 
-    def forced(self) -> list[int]:
-        """The tokens the grammar fixes next, whatever the model would choose."""
-        return list(self._m.compute_ff_tokens())
-
-    @property
-    def done(self) -> bool:
-        return bool(self._m.is_stopped())
-
 
 class CompiledGrammar:
     """A checked grammar for one request: what every run of it starts from."""
 
-    def __init__(self, grammars: Grammars, text: str, what: str):
-        self._g, self.text, self.what = grammars, text, what
+    def __init__(self, grammars: Grammars, text: str):
+        self._g, self.text = grammars, text
 
     def start(self) -> Grammar:
         from llguidance import LLMatcher
@@ -105,7 +104,6 @@ class Grammars:
             self.tokenizer = lltokenizer_from_vocab(vocab, n_vocab=n_vocab)
         self.executor = LLExecutor()
         self.n_vocab = n_vocab
-        self._lock = threading.Lock()
 
     def json_schema(self, schema: dict[str, Any], param: str) -> CompiledGrammar:
         """A grammar for JSON that validates against `schema`; SpecdashError naming `param` and
@@ -115,8 +113,8 @@ class Grammars:
         try:
             text = LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=JSON_STYLE)  # type: ignore[arg-type]
         except (ValueError, TypeError) as exc:
-            raise SpecdashError(f"{param}: not a JSON schema ({exc})") from None
-        return self._checked(text, param, "schema")
+            raise GrammarRefused(f"{param}: not a JSON schema ({exc})", param) from None
+        return self._checked(text, param)
 
     def term(self, vocab: Any, text: str) -> str:
         """`text` as a Lark term: the one token the model writes it as when llguidance holds
@@ -127,18 +125,17 @@ class Grammars:
             return f"<[{ids[0]}]>"
         return json.dumps(text)
 
-    def lark(self, text: str, param: str, what: str) -> CompiledGrammar:
+    def lark(self, text: str, param: str) -> CompiledGrammar:
         """A grammar in llguidance's Lark (a tool call's format around its schema)."""
         from llguidance import LLMatcher
 
-        return self._checked(LLMatcher.grammar_from_lark(text), param, what)
+        return self._checked(LLMatcher.grammar_from_lark(text), param)
 
-    def _checked(self, text: str, param: str, what: str) -> CompiledGrammar:
+    def _checked(self, text: str, param: str) -> CompiledGrammar:
         from llguidance import LLMatcher
 
-        with self._lock:
-            failed, said = LLMatcher.validate_grammar_with_warnings(text, self.tokenizer)
+        failed, said = LLMatcher.validate_grammar_with_warnings(text, self.tokenizer)
         if failed or said:
             # A warning too is a feature dropped (a `format` it does not know...): refused.
-            raise SpecdashError(f"{param}: the grammar engine cannot enforce this schema: {'; '.join(said)}")
-        return CompiledGrammar(self, text, what)
+            raise GrammarRefused(f"{param}: the grammar engine cannot enforce this schema: {'; '.join(said)}", param)
+        return CompiledGrammar(self, text)

@@ -34,12 +34,21 @@ def _turns(messages: Sequence[Turn]) -> list[dict[str, Any]]:
     return [dict(m) if isinstance(m, dict) else {"role": m[0], "content": m[1]} for m in messages]
 
 
+class TemplateRefused(SpecdashError):
+    """A conversation this template cannot render as asked; `param`: the field to name."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
 class ChatTemplate:
     def __init__(self, vocab: LLM):
         self.vocab = vocab
         self._formatter: Any = None
         self.notice = ""  # why the GGUF's template is not used, when it was refused
         self._bos = ""
+        self._tools: bool | None = None  # supports_tools, once asked
         template = vocab.meta("tokenizer.chat_template")
         if template:
             from llama_cpp import llama_cpp as ll
@@ -88,13 +97,18 @@ class ChatTemplate:
                 text = None
         if text is None:
             if tools or any(t.get("tool_calls") or t["role"] == "tool" for t in turns):
-                raise SpecdashError(self.no_tools())
+                raise TemplateRefused(self.no_tools(), "tools")
             text = self.vocab.chat_text([(t["role"], t["content"]) for t in turns])  # SpecdashError: no format
         return text
 
     def supports_tools(self) -> bool:
         """Whether the template describes tools at all: a render with one differs from one
-        without (llama-server's autoparser diffs renders the same way)."""
+        without (llama-server's autoparser diffs renders the same way). Asked once."""
+        if self._tools is None:
+            self._tools = self._renders_tools()
+        return self._tools
+
+    def _renders_tools(self) -> bool:
         if self._formatter is None:
             return False
         probe = [{"type": "function", "function": {"name": "specdash_probe", "parameters": {"type": "object"}}}]
@@ -113,7 +127,7 @@ class ChatTemplate:
         markup becomes control tokens: a message's content is text, whatever it holds."""
         turns = _turns(messages)
         if tools and not self.supports_tools():
-            raise SpecdashError(self.no_tools())
+            raise TemplateRefused(self.no_tools(), "tools")
         text = self.render(turns, tools)
         # A template that writes the BOS itself must not get a second one from the tokenizer.
         starts_with_bos = bool(self._bos) and text.startswith(self._bos)
@@ -121,8 +135,8 @@ class ChatTemplate:
         # JSON around its markup: one that spells a control token is refused, not kept.
         for where, value in (("tools", tools), ("messages", [t.get("tool_calls") for t in turns])):
             if value and self._has_control(json.dumps(value, ensure_ascii=False)):
-                raise SpecdashError(f"{where}: a tool's definition or an earlier call spells one of the model's "
-                                    "special tokens (e.g. <|im_start|>); remove it")
+                raise TemplateRefused(f"{where}: a tool's definition or an earlier call spells one of the model's "
+                                      "special tokens (e.g. <|im_start|>); remove it", where)
         if not any(self._has_control(t["content"]) for t in turns):
             # As llama-server tokenizes (the whole text, special tokens parsed): the same
             # tokens, since no content spells one.

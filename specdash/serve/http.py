@@ -23,7 +23,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -34,7 +34,7 @@ from specdash.serve.gate import PROXIED, Gate, json_body
 from specdash.serve.link import EngineLink
 from specdash.serve.protocol import (Ask, BadRequest, call_chunk, chunk, finish_chunk, parse_chat, parse_completion,
                                      response, usage_chunk)
-from specdash.serve.request import CallPart, Done, Failed, ServedRequest, Text
+from specdash.serve.request import CallPart, Done, Failed, ServedRequest, Text, Update
 from specdash.serve.responses import ResponseEvents, new_id, parse_responses, response_body
 
 KEEPALIVE_S = 5.0  # an SSE comment while a streamed request waits in the queue
@@ -245,20 +245,14 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
             await write(f"data: {data}\n\n".encode())
 
         if ask.api == "responses":
-            return await _events(request, req, resp, write)
+            return await _events(req, resp, write)
         try:
-            while True:
-                try:
-                    update = await asyncio.wait_for(req.updates.get(), left(req, KEEPALIVE_S))
-                except asyncio.TimeoutError:
-                    if time.monotonic() >= req.deadline:
-                        await send({"error": {"message": timed_out(req), "type": "timeout_error",
-                                              "param": None, "code": 504}})
-                        await send("[DONE]")
-                        break
-                    await write(b": keep-alive\n\n")  # also finds a client that left
-                    continue
-                if isinstance(update, Text):
+            async for update in _follow(req, write):
+                if update is None:  # past --timeout
+                    await send({"error": {"message": timed_out(req), "type": "timeout_error",
+                                          "param": None, "code": 504}})
+                    await send("[DONE]")
+                elif isinstance(update, Text):
                     await send(chunk(ask, rid, created, update.text, first=first, logprobs=update.logprobs,
                                      offset=update.offset + (len(ask.prompt) if ask.echo else 0)))
                     first = False
@@ -272,12 +266,10 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
                     if ask.include_usage:
                         await send(usage_chunk(ask, rid, created, update.outcome))
                     await send("[DONE]")
-                    break
                 elif isinstance(update, Failed):
                     await send({"error": {"message": update.message, "type": "server_error",
                                           "param": None, "code": None}})
                     await send("[DONE]")
-                    break
         except ConnectionError:  # the client left (or was dropped): the engine stops within a step
             link.cancel(req)
         except asyncio.CancelledError:
@@ -285,7 +277,24 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
             raise
         return resp
 
-    async def _events(request: web.Request, req: ServedRequest, resp: web.StreamResponse,
+    async def _follow(req: ServedRequest, write: Callable[[bytes], Awaitable[None]]) -> AsyncIterator[Update | None]:
+        """A streamed request's updates as they come, to its last (Done or Failed); a
+        keep-alive comment every KEEPALIVE_S while none comes (it also finds a client that
+        left); None, and the end, once it runs past --timeout."""
+        while True:
+            try:
+                update = await asyncio.wait_for(req.updates.get(), left(req, KEEPALIVE_S))
+            except asyncio.TimeoutError:
+                if time.monotonic() >= req.deadline:
+                    yield None
+                    return
+                await write(b": keep-alive\n\n")
+                continue
+            yield update
+            if isinstance(update, (Done, Failed)):
+                return
+
+    async def _events(req: ServedRequest, resp: web.StreamResponse,
                       write: Callable[[bytes], Awaitable[None]]) -> web.StreamResponse:
         """A /v1/responses stream: the Responses API's typed events (serve/responses.py)."""
         events = ResponseEvents(req.ask, new_id())
@@ -296,25 +305,17 @@ def make_app(link: EngineLink, api_key: str | None, gate: Gate | None = None,
 
         try:
             await send(events.start())
-            while True:
-                try:
-                    update = await asyncio.wait_for(req.updates.get(), left(req, KEEPALIVE_S))
-                except asyncio.TimeoutError:
-                    if time.monotonic() >= req.deadline:
-                        await send([events.failed(timed_out(req))])
-                        break
-                    await write(b": keep-alive\n\n")
-                    continue
-                if isinstance(update, Text):
+            async for update in _follow(req, write):
+                if update is None:  # past --timeout
+                    await send([events.failed(timed_out(req))])
+                elif isinstance(update, Text):
                     await send(events.text(update.text))
                 elif isinstance(update, CallPart):
                     await send(events.call(update.delta))
                 elif isinstance(update, Done):
                     await send(events.done(update.outcome, update.calls, update.text))
-                    break
                 elif isinstance(update, Failed):
                     await send([events.failed(update.message)])
-                    break
         except ConnectionError:
             link.cancel(req)
         except asyncio.CancelledError:

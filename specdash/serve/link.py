@@ -21,12 +21,12 @@ from specdash.contract import events as E
 from specdash.contract.vocabulary import parse_command
 from specdash.contract.events import ContractError
 from specdash.engine.batch.costs import paying_width
-from specdash.engine.grammar import CompiledGrammar, Grammars
+from specdash.engine.grammar import CompiledGrammar, GrammarRefused, Grammars
 from specdash.engine.llm import LLM
 from specdash.engine.settings import LIMIT
 from specdash.contract.errors import SpecdashError
 from specdash.monitor.metrics_exporter import MetricsExporter
-from specdash.serve.chat_template import ChatTemplate
+from specdash.serve.chat_template import ChatTemplate, TemplateRefused
 from specdash.serve.protocol import Ask, BadRequest
 from specdash.serve.queue import ServeQueue
 from specdash.serve.request import ServedRequest
@@ -149,9 +149,8 @@ class EngineLink:
                 try:
                     tools = ask.tools.tools if ask.tools is not None and ask.tools.choice != "none" else None
                     tokens = template.tokens(ask.messages, tools)
-                except SpecdashError as exc:
-                    said = str(exc)
-                    raise BadRequest(said, "tools" if said.startswith(("'tools'", "tools:")) else "messages") from None
+                except SpecdashError as exc:  # (llama.cpp's built-in format: none for this model)
+                    raise BadRequest(str(exc), exc.param if isinstance(exc, TemplateRefused) else "messages") from None
             else:
                 tokens = vocab.tokenize(ask.prompt)
         beyond = [t for t in ask.logit_bias if t >= vocab.n_vocab]
@@ -184,9 +183,9 @@ class EngineLink:
                     return grammars.json_schema(ask.schema, "response_format")
                 assert tools is not None
                 return grammars.lark(call_grammar(tools, grammars.term(vocab, OPEN), grammars.term(vocab, CLOSE)),
-                                     "tools", "tool call")
-            except SpecdashError as exc:
-                raise BadRequest(str(exc), str(exc).split(":", 1)[0]) from None
+                                     "tools")
+            except GrammarRefused as exc:
+                raise BadRequest(str(exc), exc.param) from None
 
     def submit(self, request: ServedRequest) -> None:
         self.queue.submit(request)

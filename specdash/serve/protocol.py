@@ -232,21 +232,22 @@ def parse_completion(body: Any) -> Ask:
     return ask
 
 
-def _content(value: Any, i: int) -> str:
-    """A message's content: a string, or OpenAI's list of text parts."""
+def text_parts(value: Any, where: str, kinds: tuple[str, ...] = ("text",), *, none: bool = True) -> str:
+    """A message's content: a string, or a list of text parts of these `kinds` (chat's
+    `text`; the Responses API's `input_text`/`output_text`); None is "" where `none`."""
     if isinstance(value, str):
         return value
     if isinstance(value, list):
         parts = []
         for part in value:
-            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
-                raise BadRequest(f"'messages[{i}].content' parts must be text ({{\"type\": \"text\", \"text\": ...}})",
-                                 f"messages[{i}].content")
+            if not (isinstance(part, dict) and part.get("type") in kinds and isinstance(part.get("text"), str)):
+                raise BadRequest(f"'{where}' parts must be text ({' or '.join(kinds)} parts: "
+                                 f"{{\"type\": \"{kinds[0]}\", \"text\": ...}})", where)
             parts.append(part["text"])
         return "".join(parts)
-    if value is None:
+    if value is None and none:
         return ""
-    raise BadRequest(f"'messages[{i}].content' must be a string or a list of text parts", f"messages[{i}].content")
+    raise BadRequest(f"'{where}' must be a string or a list of text parts", where)
 
 
 def parse_chat(body: Any) -> Ask:
@@ -261,7 +262,7 @@ def parse_chat(body: Any) -> Ask:
         if role not in ("system", "user", "assistant", "tool"):
             raise BadRequest(f"'messages[{i}].role' must be system, developer, user, assistant or tool, "
                              f"got {m['role']!r}", f"messages[{i}].role")
-        turn: dict[str, Any] = {"role": role, "content": _content(m.get("content"), i)}
+        turn: dict[str, Any] = {"role": role, "content": text_parts(m.get("content"), f"messages[{i}].content")}
         if role == "assistant" and m.get("tool_calls"):
             turn["tool_calls"] = history_calls(m["tool_calls"], i)
         if role == "tool":

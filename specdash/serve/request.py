@@ -17,7 +17,6 @@ import asyncio
 import itertools
 import threading
 from dataclasses import dataclass, field
-from typing import Any
 
 from specdash.contract import events as E
 from specdash.engine.engine import RunOptions

@@ -13,7 +13,7 @@ import secrets
 import time
 from typing import Any
 
-from specdash.serve.protocol import Ask, BadRequest, Outcome, parse_chat
+from specdash.serve.protocol import Ask, BadRequest, Outcome, parse_chat, text_parts
 from specdash.serve.tools import Call, CallDelta
 
 # Responses fields and what they become on chat (None: read here, not passed on).
@@ -24,18 +24,7 @@ _NEUTRAL = {"truncation": (None, "disabled"), "include": (None, []), "previous_r
             "background": (None, False), "conversation": (None,), "prompt": (None,)}
 
 
-def _text_of(content: Any, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        out = []
-        for part in content:
-            if not (isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text")
-                    and isinstance(part.get("text"), str)):
-                raise BadRequest(f"'{where}' parts must be text (input_text or output_text)", where)
-            out.append(part["text"])
-        return "".join(out)
-    raise BadRequest(f"'{where}' must be a string or a list of text parts", where)
+_PARTS = ("input_text", "output_text", "text")
 
 
 def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -51,7 +40,7 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
         where = f"input[{i}]"
         kind = item.get("type", "message") if isinstance(item, dict) else None
         if kind == "message":
-            messages.append({"role": item.get("role"), "content": _text_of(item.get("content"), f"{where}.content")})
+            messages.append({"role": item.get("role"), "content": text_parts(item.get("content"), f"{where}.content", _PARTS, none=False)})
         elif kind == "function_call":
             call = {"id": item.get("call_id", ""), "type": "function",
                     "function": {"name": item.get("name"), "arguments": item.get("arguments", "{}")}}
@@ -63,7 +52,7 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
         elif kind == "function_call_output":
             output = item.get("output")
             messages.append({"role": "tool", "tool_call_id": item.get("call_id", ""),
-                             "content": output if isinstance(output, str) else _text_of(output, f"{where}.output")})
+                             "content": output if isinstance(output, str) else text_parts(output, f"{where}.output", _PARTS, none=False)})
         elif kind == "reasoning":
             continue  # a reasoning model's notes: these models write none, and none are kept
         else:

@@ -29,10 +29,6 @@ _BARE = re.compile(r'\s*(```(?:json)?[ \t]*\n)?\s*(\{\s*"name"\s*:\s*"((?:[^"\\]
 _BARE_FORMS = ('```json{"name":"', '```{"name":"', '{"name":"')
 
 
-def _bad(message: str, param: str) -> Exception:
-    return BadRequest(message, param)
-
-
 @dataclass(slots=True)
 class ToolAsk:
     """The tools a chat request offers and how the model may use them."""
@@ -59,38 +55,38 @@ def parse_tools(body: dict[str, Any]) -> ToolAsk | None:
     tools = body.get("tools")
     if tools is None or tools == []:
         if body.get("tool_choice") not in (None, "none", "auto"):
-            raise _bad("'tool_choice' names a tool but the request sends no 'tools'", "tool_choice")
+            raise BadRequest("'tool_choice' names a tool but the request sends no 'tools'", "tool_choice")
         return None
     if not isinstance(tools, list):
-        raise _bad("'tools' must be a list of {\"type\": \"function\", \"function\": {...}}", "tools")
+        raise BadRequest("'tools' must be a list of {\"type\": \"function\", \"function\": {...}}", "tools")
     for i, t in enumerate(tools):
         fn = t.get("function") if isinstance(t, dict) else None
         if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict):
-            raise _bad(f"'tools[{i}]' must be {{\"type\": \"function\", \"function\": {{...}}}} (function tools only)",
+            raise BadRequest(f"'tools[{i}]' must be {{\"type\": \"function\", \"function\": {{...}}}} (function tools only)",
                        f"tools[{i}]")
         if not isinstance(fn.get("name"), str) or not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", fn["name"]):
-            raise _bad(f"'tools[{i}].function.name' must be 1-64 letters, digits, _ . : or -", f"tools[{i}].function.name")
+            raise BadRequest(f"'tools[{i}].function.name' must be 1-64 letters, digits, _ . : or -", f"tools[{i}].function.name")
         params = fn.get("parameters")
         if params is not None and not isinstance(params, dict):
-            raise _bad(f"'tools[{i}].function.parameters' must be a JSON schema object", f"tools[{i}].function.parameters")
+            raise BadRequest(f"'tools[{i}].function.parameters' must be a JSON schema object", f"tools[{i}].function.parameters")
     choice = body.get("tool_choice", "auto")
     if isinstance(choice, dict):  # {"type": "function", "function": {"name": ...}}
         fn = choice.get("function")
         name = fn.get("name") if isinstance(fn, dict) else None
         if choice.get("type") != "function" or not isinstance(name, str):
-            raise _bad("'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+            raise BadRequest("'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
                        "tool_choice")
         if name not in [t["function"]["name"] for t in tools]:
-            raise _bad(f"'tool_choice' names {name!r}, which is not one of the request's tools", "tool_choice")
+            raise BadRequest(f"'tool_choice' names {name!r}, which is not one of the request's tools", "tool_choice")
         if name in ("auto", "none", "required"):
-            raise _bad(f"'tool_choice': a tool named {name!r} cannot be told from the word", "tool_choice")
+            raise BadRequest(f"'tool_choice': a tool named {name!r} cannot be told from the word", "tool_choice")
         choice = name
     elif choice not in ("auto", "none", "required"):
-        raise _bad(f"'tool_choice' must be auto, none, required or {{\"type\": \"function\", ...}}, got {choice!r}",
+        raise BadRequest(f"'tool_choice' must be auto, none, required or {{\"type\": \"function\", ...}}, got {choice!r}",
                    "tool_choice")
     parallel = body.get("parallel_tool_calls", False)
     if not isinstance(parallel, bool):
-        raise _bad("'parallel_tool_calls' must be true or false", "parallel_tool_calls")
+        raise BadRequest("'parallel_tool_calls' must be true or false", "parallel_tool_calls")
     return ToolAsk(tools=tools, choice=choice, parallel=parallel)
 
 
@@ -117,20 +113,20 @@ def history_calls(value: Any, i: int) -> list[dict[str, Any]]:
     """An assistant message's `tool_calls`, as its template reads them: `arguments` as an
     object (Qwen2.5's template writes `arguments | tojson`; llama-server passes objects too)."""
     if not isinstance(value, list):
-        raise _bad(f"'messages[{i}].tool_calls' must be a list", f"messages[{i}].tool_calls")
+        raise BadRequest(f"'messages[{i}].tool_calls' must be a list", f"messages[{i}].tool_calls")
     out = []
     for j, call in enumerate(value):
         fn = call.get("function") if isinstance(call, dict) else None
         where = f"messages[{i}].tool_calls[{j}]"
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-            raise _bad(f"'{where}' must be {{\"id\", \"type\": \"function\", \"function\": {{\"name\", \"arguments\"}}}}",
+            raise BadRequest(f"'{where}' must be {{\"id\", \"type\": \"function\", \"function\": {{\"name\", \"arguments\"}}}}",
                        where)
         args = fn.get("arguments", "{}")
         if isinstance(args, str):
             try:
                 args = json.loads(args) if args.strip() else {}
             except ValueError:
-                raise _bad(f"'{where}.function.arguments' is not JSON", f"{where}.function.arguments") from None
+                raise BadRequest(f"'{where}.function.arguments' is not JSON", f"{where}.function.arguments") from None
         out.append({"id": str(call.get("id", "")), "type": "function",
                     "function": {"name": fn["name"], "arguments": args}})
     return out
