@@ -291,8 +291,10 @@ def test_the_sampled_test_catches_wrong_rules(small, monkeypatch, bug):
     import specdash.engine.engine as engine_module
 
     pair, session, _ = small
-    if bug == "hotter_target":
-        monkeypatch.setattr(engine_module, "process_logits", _hotter_target)
+    if bug == "hotter_target":  # the target's distribution is shaped in engine/request_rows.py
+        import specdash.engine.request_rows as rows_module
+
+        monkeypatch.setattr(rows_module, "process_logits", _hotter_target)
     else:
         monkeypatch.setattr(engine_module, "verify_sampling",
                             _always_accept if bug == "always_accept" else _ignore_draft_probs)
