@@ -55,6 +55,7 @@ import numpy as np
 from specdash.contract import events as E
 from specdash.engine import step_rules as rules
 from specdash.engine.drafters import KINDS, MODEL_SOURCES
+from specdash.engine.grammar import CompiledGrammar
 from specdash.engine.llm import LLM
 from specdash.engine.settings import K_CAP, SamplingParams
 from specdash.engine.verify import process_logits
@@ -648,14 +649,16 @@ class SampledStats:
 
 
 def pit_run(session: Session, prompt_text: str, lines: Sequence[str], max_tokens: int, seed: int,
-            start: Sequence[E.Command] = ()) -> SampledStats:
+            start: Sequence[E.Command] = (), grammar: CompiledGrammar | None = None) -> SampledStats:
     """Run a sampled schedule. For every token committed at temperature > 0: its
     randomized PIT value under the target distribution of the verify-batch row it was
     committed from (the raw logits the target returned, processed here with the sampling
-    settings in force). For every drafted position the target reached: whether the draft
-    token was committed, and the probability the rejection rule should accept it with,
-    from the p and q rows the engine handed the rule."""
+    settings in force, and masked by `grammar`'s state on the committed path, a state of its
+    own kept here beside the engine's). For every drafted position the target reached:
+    whether the draft token was committed, and the probability the rejection rule should
+    accept it with, from the p and q rows the engine handed the rule."""
     import specdash.engine.engine as engine_module
+    from specdash.engine.engine import RunOptions
 
     engine = session.engine
     target = engine.target
@@ -685,8 +688,10 @@ def pit_run(session: Session, prompt_text: str, lines: Sequence[str], max_tokens
     sched = Schedule(entries, session.send)
     out = SampledStats()
     settings: E.SettingsEvent | None = None
+    shadow = grammar.start() if grammar is not None else None
+    options = RunOptions(grammar=grammar.start()) if grammar is not None else None
     try:
-        for ev in engine.generate(prompt, max_tokens):
+        for ev in engine.generate(prompt, max_tokens, options):
             out.events.append(ev)
             if isinstance(ev, E.SettingsEvent):
                 settings = ev
@@ -697,7 +702,10 @@ def pit_run(session: Session, prompt_text: str, lines: Sequence[str], max_tokens
                 if settings.temperature and settings.temperature > 0:
                     params = SamplingParams(settings.temperature, settings.top_k or 0,
                                             settings.top_p if settings.top_p is not None else 1.0)
-                    probs = process_logits(rows[: len(ev.tokens)], params)
+                    shown = rows[: len(ev.tokens)]
+                    if shadow is not None:  # row j after the j tokens committed before it
+                        shown = shadow.mask(shown, ev.tokens[:-1])
+                    probs = process_logits(shown, params)
                     for j, tok in enumerate(ev.tokens):
                         out.pit.append(pit(probs[j], tok, v_rng.random()))
                     p, draft, q = verified.pop()
@@ -710,6 +718,8 @@ def pit_run(session: Session, prompt_text: str, lines: Sequence[str], max_tokens
                         a = min(1.0, float(p[j][draft[j]]) / qd) if qd > 0 else 0.0
                         out.accepted.append((ev.tokens[j] == draft[j], a))
                 verified.clear()
+                if shadow is not None:
+                    shadow.accept(ev.tokens)
                 sched.after_step(ev.step)
     finally:
         del target.decode
@@ -724,14 +734,15 @@ Z_MAX = 5.0  # standard deviations: about 6e-7 two-sided under the normal approx
 
 
 def sampled_stats(session: Session, pair: Pair, runs: int, max_tokens: int = 120,
-                  until: Callable[[SampledStats], bool] | None = None) -> SampledStats:
+                  until: Callable[[SampledStats], bool] | None = None,
+                  grammar: CompiledGrammar | None = None) -> SampledStats:
     """`runs` seeded runs of the drafter-swapping sampled schedule, pooled; with `until`,
     fewer when it is satisfied first (a planted bug shown with as many samples as it
-    takes on this CPU's rounding, never more than `runs`)."""
+    takes on this CPU's rounding, never more than `runs`); with `grammar`, every run under it."""
     stats = SampledStats()
     for seed in range(runs):
         stats.add(pit_run(session, pair.prompts[seed % len(pair.prompts)], sampled_schedule(pair), max_tokens,
-                          seed, SAMPLED_START))
+                          seed, SAMPLED_START, grammar))
         if until is not None and until(stats):
             break
     return stats

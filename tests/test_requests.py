@@ -213,3 +213,32 @@ def test_the_engines_requests_build_their_histogram_from_steps() -> None:
         assert sum(row.histogram) == summary.num_drafts
         assert sum(j * n for j, n in enumerate(row.histogram)) == summary.num_accepted_tokens
         assert row.drafter == "lookup" and row.tokens_per_s == summary.tokens_per_s
+
+
+def _summary(request: str, calls: list[str]) -> E.Summary:
+    return E.Summary("{}", "eos", 10, 9, 2, 6, 5, [2, 2, 1], 5 / 6, 2.5, 30.0, 100.0, 5.0, 0.3, 1.0, 20.0, 1.0, 4,
+                     request=request, calls=calls)
+
+
+def test_a_row_names_the_tool_called_and_the_grammars_share() -> None:
+    """A served request's Summary names the calls its answer made (EmbeddedSource sets them
+    from the request); its steps drafted by the grammar are counted apart."""
+    log = RequestLog()
+    tag = "chat+tools #7 from 127.0.0.1"
+    steps = [E.StepEvent(step=i + 1, k=4, drafter=d, drafted=n, accepted=a, tokens=[1] * (a + 1), pieces=["x"] * (a + 1),
+                         from_draft=[True] * a + [False], draft_ms=0.1, verify_ms=10.0, other_ms=0.1, n_past=10 + i,
+                         n_generated=i, t=float(i + 1), request=tag)
+             for i, (d, n, a) in enumerate((("grammar", 4, 4), ("lookup", 2, 1), ("grammar", 3, 2), ("none", 0, 0)))]
+    for ev in [E.PromptEvent(tag, "What is the weather?", request=tag, t=0.5), *steps,
+               _summary(tag, ["get_weather"])]:
+        log.feed(ev)
+    (row,) = log.rows
+    assert row.calls == ["get_weather"] and row.label == "get_weather() #7"
+    assert (row.grammar_drafted, row.grammar_accepted) == (7, 6)
+    from specdash.tui.screens.requests import cells, histogram_title
+
+    assert str(cells(row)[1]) == "get_weather…"  # the column's 12 cells: the tool first
+    title = histogram_title(row)
+    assert "called get_weather()" in title and "its grammar drafted 7 tokens (6 accepted)" in title
+    log.feed(_summary("", []))  # an answer without calls keeps its title
+    assert log.rows[-1].label == log.rows[-1].title

@@ -41,6 +41,7 @@ def test_what_asks_for_nothing_is_served(extra):
     ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
     ({"tools": [{"type": "code_interpreter"}]}, "tools[0]"),
     ({"whatever": 1}, "whatever"),
+    ({"speculative.n_mux": 2}, "speculative.n_mux"), ({"speculative": {"grammar": "yes"}}, "speculative.grammar"),
 ])
 def test_anything_else_is_refused_by_name(body, param):
     with pytest.raises(BadRequest) as err:
@@ -82,3 +83,9 @@ def test_the_dashboard_names_a_chat_that_offers_tools():
     finally:
         loop.close()
     assert titles == ["chat", "chat+tools", "chat"]
+
+
+def test_the_speculative_keys_reach_the_engine():
+    ask = parse_chat({"messages": HI, "speculative.n_min": 2, "speculative": {"grammar": False}})
+    assert ask.overrides()["k_min"] == 2 and ask.speculation.grammar is False
+    assert parse_chat({"messages": HI}).speculation.grammar is True

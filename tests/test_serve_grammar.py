@@ -7,10 +7,13 @@ is a plain loop here: one token a step, masked by the same llguidance grammar.""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
+import time
 from pathlib import Path
 
+import httpx
 import jsonschema
 import numpy as np
 import openai
@@ -79,8 +82,9 @@ def plain():
     llm.close()
 
 
-def ask(client, text: str, drafter: str | None = None):
-    extra = {"return_tokens": True, **({"speculative.types": [drafter]} if drafter else {})}
+def ask(client, text: str, drafter: str | None = None, grammar: bool = True):
+    extra = {"return_tokens": True, **({"speculative.types": [drafter]} if drafter else {}),
+             **({} if grammar else {"speculative.grammar": False})}
     return client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}], temperature=0,
                                           max_tokens=TOKENS, response_format=FORMAT, extra_body=extra)
 
@@ -125,6 +129,41 @@ def test_three_batched_requests_each_keep_their_own_grammar(client, plain, draft
     assert set(replies) == set(PROMPTS)
     for text, reply in replies.items():
         assert_plain_under_grammar(reply, plain(text), f"batched, {drafter}: {text}")
+
+
+def grammar_accepted(server: str) -> float:
+    """The server's own count of accepted tokens the grammar drafted (/metrics)."""
+    text = httpx.get(server + "/metrics", timeout=30).text
+    found = re.search(r'^specdash_source_accepted_tokens_total\{[^}]*drafter="grammar"[^}]*\} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def settled(server: str, before: float) -> float:
+    """The count once the last answer's steps reached the exporter (they trail the answer)."""
+    for _ in range(30):
+        now = grammar_accepted(server)
+        if now != before:
+            return now
+        time.sleep(0.1)
+    return before
+
+
+def test_the_grammar_drafts_the_text_it_fixes_and_stays_exact(server, client, plain):
+    """The text the schema fixes (keys, quotes, the rest of an enum value) is drafted and
+    verified: the same greedy answer as plain decoding under the grammar with it and without
+    it (`speculative.grammar: false`), more of it accepted from drafts, and the server counts
+    the grammar's tokens apart."""
+    text = PROMPTS[0]
+    start = grammar_accepted(server)
+    off = ask(client, text, "lookup", grammar=False)
+    time.sleep(1.0)
+    assert grammar_accepted(server) == start  # turned off, it drafted nothing
+    on = ask(client, text, "lookup")
+    assert settled(server, start) > start
+    for reply, what in ((off, "grammar drafts off"), (on, "grammar drafts on")):
+        assert reply.choices[0].finish_reason == "stop", reply
+        assert_plain_under_grammar(reply, plain(text), what)
+    assert on.model_extra["timings"]["draft_n_accepted"] > off.model_extra["timings"]["draft_n_accepted"]
 
 
 def test_sampled_answers_stay_inside_the_schema(client):

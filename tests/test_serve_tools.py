@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -17,17 +18,27 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_serve import start_server, stop_server  # noqa: E402
 
 from specdash.engine.llm import LLM  # noqa: E402
+from specdash.monitor.request_rows import RequestLog  # noqa: E402
+from specdash.records.recording import read_recording  # noqa: E402
+from specdash.tui.screens.requests import histogram_title  # noqa: E402
 from specdash.models.registry import model_path  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+LLM_TAG = 151657  # Qwen2.5's <tool_call>, one special token
 
 
 @pytest.fixture(scope="module")
-def server():
-    proc, url, lines = start_server("--target", "qwen2.5-coder-0.5b", "--draft", "lookup", "--parallel", "1")
+def recording(tmp_path_factory):
+    return tmp_path_factory.mktemp("tools") / "serve.jsonl"
+
+
+@pytest.fixture(scope="module")
+def server(recording):
+    proc, url, lines = start_server("--target", "qwen2.5-coder-0.5b", "--draft", "lookup", "--parallel", "1",
+                                    "--record", str(recording))
     yield url
     assert stop_server(proc) == 0, "".join(lines)
 
@@ -37,7 +48,7 @@ def client(server):
     return openai.OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0, timeout=300)
 
 
-def test_a_tool_call_whole_and_streamed_joined_by_the_sdk_are_the_same_call(server, client):
+def test_a_tool_call_whole_and_streamed_joined_by_the_sdk_are_the_same_call(server, client, recording):
     whole = client.chat.completions.create(model="gpt-4o", messages=ASK, tools=TOOLS, temperature=0)
     choice = whole.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
@@ -54,6 +65,18 @@ def test_a_tool_call_whole_and_streamed_joined_by_the_sdk_are_the_same_call(serv
     (streamed,) = joined.message.tool_calls
     assert (streamed.function.name, streamed.function.arguments) == (call.function.name, call.function.arguments)
 
+    # The requests screen names the tool each answer called (from the server's own events).
+    for _ in range(50):  # the Summary is recorded just after the answer is sent
+        log = RequestLog()
+        for ev in read_recording(recording).events:
+            log.feed(ev)
+        rows = [r for r in log.rows if r.title.startswith("chat+tools")]
+        if len(rows) >= 2:
+            break
+        time.sleep(0.1)
+    assert [r.calls for r in rows[-2:]] == [["get_weather"]] * 2
+    assert rows[-1].label.startswith("get_weather() #") and "called get_weather()" in histogram_title(rows[-1])
+
     # The raw deltas: id, type and name once, in the call's first delta; then arguments only.
     deltas = []
     body = {"messages": ASK, "tools": TOOLS, "temperature": 0, "stream": True}
@@ -68,6 +91,28 @@ def test_a_tool_call_whole_and_streamed_joined_by_the_sdk_are_the_same_call(serv
     assert "".join(p["function"]["arguments"] for p in parts) == call.function.arguments
     assert deltas[-1]["finish_reason"] == "tool_calls"
     assert not any(d["delta"].get("content") for d in deltas)
+
+
+def test_under_auto_a_tagged_call_is_held_by_the_grammar_from_its_tag_on(server, client, recording):
+    """tool_choice auto: free text until the model writes <tool_call>, then the call's
+    grammar (llama-server's lazy grammar), whose fixed text is drafted. Qwen2.5-Coder-0.5B
+    writes its calls fenced; a logit_bias on the tag's token makes it open one with the tag,
+    and from there the mask holds it (the tag is no JSON): a call that parses and fits."""
+    tag = str(LLM_TAG)
+    whole = client.chat.completions.create(model="m", messages=ASK, tools=TOOLS, temperature=0,
+                                           logit_bias={tag: 100}, max_tokens=64)
+    (call,) = whole.choices[0].message.tool_calls
+    assert call.function.name == "get_weather" and set(json.loads(call.function.arguments)) == {"city"}
+    for _ in range(50):
+        log = RequestLog()
+        for ev in read_recording(recording).events:
+            log.feed(ev)
+        if log.rows and log.rows[-1].calls == ["get_weather"] and log.rows[-1].n_generated == \
+                whole.usage.completion_tokens:
+            break
+        time.sleep(0.1)
+    row = log.rows[-1]
+    assert row.grammar_accepted > 0, (row.grammar_drafted, row.grammar_accepted)
 
 
 def test_tool_choice_none_answers_in_text(client):
@@ -168,6 +213,9 @@ def test_the_responses_api_answers_text_and_calls_whole_and_streamed(client):
     forced = client.responses.create(model="m", input="Hello", tools=FLAT, temperature=0,
                                      tool_choice={"type": "function", "name": "get_weather"})
     assert [o.type for o in forced.output] == ["function_call"]
+    # The answer echoes what was asked, in the Responses shapes (the SDK's types parse them).
+    assert (forced.tool_choice.type, forced.tool_choice.name) == ("function", "get_weather")
+    assert [t.name for t in forced.tools] == ["get_weather"] and after.tool_choice == "none"
 
 
 def test_the_responses_api_refuses_what_it_cannot_do_by_name(client):

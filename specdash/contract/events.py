@@ -246,6 +246,7 @@ class Summary:
     acceptance_histogram: list[int] = field(default_factory=list)
     drafter: str = ""  # what drafted for this request, as the settings name it; "" when unknown
     request: str = ""  # the served request, when several run in one batch (engine/batch)
+    calls: list[str] = field(default_factory=list)  # a served request's tool calls, by tool name, in order
     t: float = 0.0
     event: str = "summary"
 

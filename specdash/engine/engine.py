@@ -37,7 +37,7 @@ from specdash.engine.target_costs import TargetCosts
 from specdash.engine.supports import ALWAYS
 from specdash.engine.grammar import Grammar
 from specdash.engine.penalties import Penalties
-from specdash.engine.request_rows import allowed_draft, committed, sampling_probs, shaped_rows
+from specdash.engine.request_rows import GRAMMAR, allowed_draft, committed, sampling_probs, shaped_rows, with_forced
 from specdash.engine.verify import verify_greedy, verify_sampling
 from specdash.contract.errors import SpecdashError
 from specdash.contract.events import Event, NoticeEvent, PrefillEvent, SettingsEvent, StepEvent, Summary
@@ -70,6 +70,8 @@ class RunOptions:
     # The run's grammar (a JSON schema, a tool call): every step's draft is cut where it
     # forbids a token and each verify row masked by it (engine/grammar.py says why exact).
     grammar: Grammar | None = None
+    # Draft the text the grammar fixes next where the drafter has less (request_rows.with_forced).
+    grammar_drafts: bool = True
     # Added to the target's logits for these token ids at every row (OpenAI's logit_bias):
     # the verify rule then keeps the biased distribution exact, whatever drafted.
     logit_bias: Mapping[int, float] = field(default_factory=dict)
@@ -439,9 +441,10 @@ class Engine:
             return self.settings
         s = self.settings
         changes = dict(over)
+        k_max = changes.get("k_max", s.k_max)
         if "k_max" in changes:
-            changes["k"] = min(s.k, changes["k_max"])
-            changes["k_min"] = min(s.k_min, changes["k_max"])
+            changes["k"] = min(s.k, k_max)
+        changes["k_min"] = min(changes.get("k_min", s.k_min), k_max)  # a request's floor under its ceiling
         return s.replace(**changes)
 
     def limits(self) -> rules.Limits:
@@ -487,6 +490,9 @@ class Engine:
             draft, k, decision = propose(self.drafter, run.tokens, cap, self.controller if adaptive else None,
                                          content, s.sampling, rng, horizon=run.max_tokens - run.generated)
         draft = allowed_draft(run.options, rules.fit(draft, k, limits))
+        if run.calibrate <= 0 and self.drafter.name != "none":  # "none" asks for plain decoding
+            draft = with_forced(run.options, draft, cap)
+            k = max(k, len(draft.tokens))  # the grammar's text is drafted up to the step's ceiling
         draft_rb_ms, draft_rb_bytes = _take_draft_rollback(self.drafter)
         t_draft = time.perf_counter()
 
@@ -545,7 +551,8 @@ class Engine:
             translate_ms=draft.translate_ms,
         )
         run.counters.add(ev)
-        if self.controller is not None:
+        # The grammar's text is none of the drafter's doing: adaptive K learns nothing of it.
+        if self.controller is not None and draft.source != GRAMMAR:
             rules.observation(k, draft, done.accepted, cost, content).tell(self.controller)
         return ev
 

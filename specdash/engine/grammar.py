@@ -48,22 +48,63 @@ class GrammarDiverged(RuntimeError):
 
 
 class Grammar:
-    """One run's grammar state (stateful: a fresh one per run, from `CompiledGrammar.start`)."""
+    """One run's grammar state (stateful: a fresh one per run, from `CompiledGrammar.start`).
 
-    def __init__(self, matcher: Any, executor: Any, n_vocab: int):
-        self._m, self._exec, self.n_vocab = matcher, executor, n_vocab
+    A lazy grammar (`trigger`: a token id) holds nothing until the model writes that token:
+    free text before it, the grammar from it on (a tool call under tool_choice auto, from
+    Qwen2.5's `<tool_call>`: llama-server's lazy grammar). Until then it costs no mask."""
+
+    def __init__(self, matcher: Any, executor: Any, n_vocab: int, tokenizer: Any, trigger: int | None = None):
+        self._m, self._exec, self.n_vocab, self._tok = matcher, executor, n_vocab, tokenizer
+        self._trigger = trigger
+        self._armed = trigger is None
+
+    def _at_trigger(self, tokens: Sequence[int]) -> int | None:
+        """Where a lazy grammar not yet armed finds its trigger in `tokens` (None: not there)."""
+        return next((i for i, t in enumerate(tokens) if t == self._trigger), None)
+
+    def forced(self, most: int) -> list[int]:
+        """The text the grammar fixes next (keys, quotes, braces, the rest of an enum value
+        once its first token is in), as the tokenizer writes that text alone, up to `most`
+        tokens; [] where the next token is a choice. A draft, never committed unverified:
+        the model may write the same text in other tokens (llguidance's own forced tokens
+        stop short of such a boundary; the target's verify decides past it)."""
+        if most <= 0 or not self._armed or self._m.is_stopped():
+            return []
+        text = self._m.compute_ff_bytes()
+        if not text:
+            return []
+        ids = [int(t) for t in self._tok.tokenize_bytes(text)[:most]]
+        return ids[:self.cut(ids)]
 
     def cut(self, draft: Sequence[int]) -> int:
         """How many of the draft's tokens the grammar allows, from the front."""
-        return int(self._m.validate_tokens(list(draft))) if draft else 0
+        at = 0 if self._armed else self._at_trigger(draft)
+        if at is None:
+            return len(draft)  # free text throughout
+        rest = list(draft[at:])
+        return at + (int(self._m.validate_tokens(rest)) if rest else 0)
 
     def mask(self, logits: np.ndarray, draft: Sequence[int]) -> np.ndarray:
         """`logits` (1 + len(draft), n_vocab) with each row's forbidden tokens at -inf: row i
         after the draft's first i tokens."""
+        if self._armed:
+            return self._masked(logits, draft)
+        at = self._at_trigger(draft[:logits.shape[0] - 1])
+        if at is None:
+            return logits
+        # Lazy, and the draft writes the trigger: the rows after it are the grammar's.
+        out = np.array(logits, copy=True)
+        out[at + 1:] = self._masked(logits[at:], draft[at:])[1:]
+        return out
+
+    def _masked(self, logits: np.ndarray, draft: Sequence[int]) -> np.ndarray:
         from llguidance.numpy import (allocate_token_bitmask, fill_next_token_bitmask,
                                       fill_next_token_bitmask_par_with_draft_tokens)
 
         rows = logits.shape[0]
+        if rows == 0:
+            return logits
         bits = allocate_token_bitmask(rows, self.n_vocab)
         if rows > 1:
             fill_next_token_bitmask_par_with_draft_tokens(self._exec, [(self._m, 0, list(draft[:rows - 1]))], bits)
@@ -74,6 +115,12 @@ class Grammar:
 
     def accept(self, tokens: Sequence[int]) -> None:
         """The committed tokens: the grammar moves past them."""
+        if not self._armed:
+            at = self._at_trigger(tokens)
+            if at is None:
+                return
+            self._armed = True
+            tokens = tokens[at:]
         if tokens and self._m.try_consume_tokens(list(tokens)) < len(tokens):
             # Masked rows commit only allowed tokens: a refusal here is the grammar engine
             # disagreeing with its own mask. Failing the request beats text outside it.
@@ -83,13 +130,18 @@ class Grammar:
 class CompiledGrammar:
     """A checked grammar for one request: what every run of it starts from."""
 
-    def __init__(self, grammars: Grammars, text: str):
-        self._g, self.text = grammars, text
+    def __init__(self, grammars: Grammars, text: str, trigger: int | None = None):
+        self._g, self.text, self.trigger = grammars, text, trigger
+
+    def lazy(self, trigger: int) -> CompiledGrammar:
+        """The same grammar held only from the token `trigger` on (Grammar says how)."""
+        return CompiledGrammar(self._g, self.text, trigger)
 
     def start(self) -> Grammar:
         from llguidance import LLMatcher
 
-        return Grammar(LLMatcher(self._g.tokenizer, self.text, log_level=0), self._g.executor, self._g.n_vocab)
+        return Grammar(LLMatcher(self._g.tokenizer, self.text, log_level=0), self._g.executor, self._g.n_vocab,
+                       self._g.tokenizer, self.trigger)
 
 
 class Grammars:

@@ -34,6 +34,25 @@ def allowed_draft(options: RunOptions, draft: Draft) -> Draft:
     return draft if grammar is None else draft.cut(grammar.cut(draft.tokens))
 
 
+GRAMMAR = "grammar"  # the source of a draft that is the grammar's forced text
+
+
+def with_forced(options: RunOptions, draft: Draft, most: int) -> Draft:
+    """The step's draft under a grammar: the text the grammar fixes next (its tokens, up to
+    `most`) where the drafter's own allowed draft is shorter, else the drafter's (a copy or
+    a model writes the fixed text as the model does, and may go past it). The forced text
+    depends on the committed tokens alone, so verifying it keeps sampling exact, as a copy."""
+    grammar = options.grammar
+    if grammar is None or not options.grammar_drafts or most <= len(draft.tokens):
+        return draft
+    forced = grammar.forced(most)
+    if len(forced) <= len(draft.tokens):
+        return draft
+    from specdash.engine.drafters.base import Draft
+
+    return Draft(forced, None, GRAMMAR, evidence=len(forced))
+
+
 def shaped_rows(options: RunOptions, rows: np.ndarray, context: Sequence[int], draft: Sequence[int]) -> np.ndarray:
     """The verify rows as this request samples from them: its logit_bias, its penalties (by
     each row's context), then its grammar's mask (by the draft before each row)."""

@@ -18,6 +18,9 @@ vllm/v1/metrics/loggers.py) with vLLM's `model_name` and `engine` labels:
                                                                output, as vLLM counts)
 and specdash's own:
     specdash_decode_steps_total                                engine steps (target passes)
+    specdash_source_draft_tokens_total{drafter}                drafted tokens by the source
+    specdash_source_accepted_tokens_total{drafter}             accepted ones (grammar: a
+                                                               grammar's fixed text)
     specdash_num_speculative_tokens                            K in force
     specdash_model_info{target,drafter}                        1
     specdash_build_info{version,llama_cpp_python,names}        1: says a specdash wrote it
@@ -99,6 +102,11 @@ class MetricsExporter:
         self._itl = Histogram(shared + "inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
                               LABELS, buckets=ITL_BUCKETS, registry=r)
         self._steps = Counter(OWN + "decode_steps", "Engine steps (one target pass each).", LABELS, registry=r)
+        # By the source that drafted the step (lookup, suffix, draft, grammar, ...): which one earns.
+        self._by_source = Counter(OWN + "source_draft_tokens", "Drafted tokens, by the source that drafted them.",
+                                  LABELS + ["drafter"], registry=r)
+        self._by_source_accepted = Counter(OWN + "source_accepted_tokens", "Accepted drafted tokens, by the "
+                                           "source that drafted them.", LABELS + ["drafter"], registry=r)
         # The HTTP server's refusals (serve/http.py), by reason: specdash's own under either naming.
         self._refusals = Counter(OWN + "http_refusals", "Requests the HTTP server refused or ended at a limit, "
                                  "by reason.", ["reason"], registry=r)
@@ -178,6 +186,8 @@ class MetricsExporter:
                     self._accepted.labels(*lv).inc(event.accepted)
                     for i in range(event.accepted):
                         self._per_pos.labels(*lv, str(i)).inc()
+                    self._by_source.labels(*lv, event.drafter).inc(event.drafted)
+                    self._by_source_accepted.labels(*lv, event.drafter).inc(event.accepted)
                 self._running.labels(*lv).set(1)
             elif isinstance(event, E.PrefillEvent):
                 self._started, self._last_step = event.t - event.ms / 1e3, None

@@ -38,6 +38,20 @@ class RequestRow:
     histogram_from: str = ""  # "server" (the request's own metrics) | "steps" (built here) | ""
     mean_k: float | None = None  # K over its steps (None: no steps seen, a server's request)
     mean_batch: float | None = None  # requests in the target batch over its steps (serve --parallel)
+    calls: list[str] = field(default_factory=list)  # the tools a served request's answer called
+    # Its grammar's fixed text drafted (StepEvent.drafter "grammar") and accepted, in tokens.
+    grammar_drafted: int = 0
+    grammar_accepted: int = 0
+
+    @property
+    def label(self) -> str:
+        """What the table's request column shows: the tool called in place of the kind
+        ("get_weather() #3" for "chat+tools #3 from ..."), so an agent's turns read as its calls."""
+        if not self.calls:
+            return self.title
+        number = next((w for w in self.title.split() if w.startswith("#")), "")
+        called = self.calls[0] + "()" + (f"+{len(self.calls) - 1}" if len(self.calls) > 1 else "")
+        return f"{called} {number}".rstrip()
 
 
 @dataclass(slots=True)
@@ -49,6 +63,8 @@ class _Open:
     steps: int = 0
     k_sum: int = 0
     batch_sum: int = 0
+    grammar_drafted: int = 0
+    grammar_accepted: int = 0
 
 
 def histogram_of(steps: list[StepEvent]) -> list[int]:
@@ -92,6 +108,9 @@ class RequestLog:
                 run.k_sum += ev.k
                 run.batch_sum += max(ev.batch, 1)
                 _count(run.hist, ev)
+                if ev.drafter == "grammar":
+                    run.grammar_drafted += ev.drafted
+                    run.grammar_accepted += ev.accepted
             case Summary():
                 run = self._open.pop(ev.request, _Open(ev.request))
                 if not ev.request:  # one at a time: the next Summary without a prompt keeps the title
@@ -107,7 +126,8 @@ class RequestLog:
                     tokens_per_s=ev.tokens_per_s, drafter=ev.drafter or self._drafter, stop_reason=ev.stop_reason,
                     histogram=list(hist), histogram_from="server" if reported else "steps" if hist else "",
                     mean_k=run.k_sum / run.steps if run.steps else None,
-                    mean_batch=run.batch_sum / run.steps if run.steps else None))
+                    mean_batch=run.batch_sum / run.steps if run.steps else None, calls=list(ev.calls),
+                    grammar_drafted=run.grammar_drafted, grammar_accepted=run.grammar_accepted))
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -42,7 +42,8 @@ FIELDS: tuple[Field, ...] = (
     Field("stream_options", _BOTH, HONOURED, "include_usage"),
     Field("echo", _COMP, HONOURED, "the prompt before the text"),
     Field("return_tokens", _BOTH, HONOURED, "llama-server's: the generated token ids"),
-    Field("speculative", _BOTH, HONOURED, "llama-server's speculative.n_max, p_min, types (also as flat keys)"),
+    Field("speculative", _BOTH, HONOURED, "llama-server's speculative.n_max, n_min, p_min, types (also as flat keys); specdash's "
+          "speculative.grammar (false: the grammar's fixed text is not drafted); any other key is refused"),
     Field("tools", _CHAT, HONOURED, "function tools, described by the model's chat template; "
                                     "a template without tools is a 400"),
     Field("tool_choice", _CHAT, HONOURED, "auto, none, required and a named function; required and a "

@@ -169,10 +169,10 @@ class EngineLink:
 
     def grammar_for(self, ask: Ask) -> CompiledGrammar | None:
         """The grammar a request's answer is held to, checked now (a 400 naming what it cannot
-        enforce): its `response_format` schema, or its forced tool call (tool_choice
-        required or a name). None: free text."""
+        enforce): its `response_format` schema, its forced tool call (tool_choice required or
+        a name), or under tool_choice auto the call's grammar from its open tag on. None: free text."""
         tools = ask.tools
-        if ask.schema is None and (tools is None or not tools.forced):
+        if ask.schema is None and (tools is None or tools.choice == "none"):
             return None
         with self._vocab_lock:
             vocab, grammars = self._vocab, self._grammars
@@ -182,8 +182,13 @@ class EngineLink:
                 if ask.schema is not None:
                     return grammars.json_schema(ask.schema, "response_format")
                 assert tools is not None
-                return grammars.lark(call_grammar(tools, grammars.term(vocab, OPEN), grammars.term(vocab, CLOSE)),
-                                     "tools")
+                open_tag = grammars.term(vocab, OPEN)
+                if not tools.forced and not open_tag.startswith("<["):
+                    return None  # auto, and the tag is text: free text could not be told from a call's start
+                compiled = grammars.lark(call_grammar(tools, open_tag, grammars.term(vocab, CLOSE)), "tools")
+                # auto: free text until the model opens a call, then the call's grammar (the
+                # tools' schemas hold, and the call's fixed text is drafted), as llama-server's lazy grammar.
+                return compiled if tools.forced else compiled.lazy(int(open_tag[2:-2]))
             except GrammarRefused as exc:
                 raise BadRequest(str(exc), exc.param) from None
 

@@ -40,6 +40,7 @@ class Speculation:
     n_min: int | None = None
     p_min: float | None = None
     drafter: str | None = None  # a specdash drafter name, from speculative.types
+    grammar: bool = True  # specdash's speculative.grammar: draft the text a grammar fixes
 
     @property
     def given(self) -> bool:
@@ -53,6 +54,8 @@ class Ask:
     kind: str  # "chat" | "completion"
     model: str
     api: str = ""  # "responses": asked through /v1/responses (serve/responses.py writes the answer)
+    # /v1/responses: the request's own tools, tool_choice and text format, echoed in its answer as OpenAI does
+    echoed: dict[str, Any] = field(default_factory=dict)
     prompt: str = ""  # completion: the text
     # chat: {role, content} as the template reads them (with tool_calls, tool_call_id)
     messages: list[dict[str, Any]] = field(default_factory=list)
@@ -86,6 +89,8 @@ class Ask:
         spec = self.speculation
         if spec.n_max is not None:
             out["k_max"] = spec.n_max
+        if spec.n_min is not None:
+            out["k_min"] = spec.n_min  # adaptive K's floor for this request
         if spec.p_min is not None:
             out["draft_p_min"] = spec.p_min
         return out
@@ -122,12 +127,24 @@ def _stops(value: Any) -> list[str]:
     return [s for s in stops if s]
 
 
+# llama-server's per-request keys, and specdash's own `speculative.grammar`.
+SPEC_KEYS = {"speculative.n_max", "speculative.n_min", "speculative.p_min", "speculative.types",
+             "speculative.grammar"}
+
+
 def _speculation(body: dict[str, Any]) -> Speculation:
     """llama-server's flat `speculative.n_max` keys (or a nested `speculative` object)."""
     nested = body.get("speculative")
     src: dict[str, Any] = {f"speculative.{k}": v for k, v in nested.items()} if isinstance(nested, dict) else {}
     src.update({k: v for k, v in body.items() if k.startswith("speculative.")})
-    spec = Speculation(
+    for name in src:
+        if name not in SPEC_KEYS:
+            raise BadRequest(f"'{name}' is not a speculative key specdash takes ({', '.join(sorted(SPEC_KEYS))}); "
+                             "it is refused rather than ignored", name)
+    grammar = src.get("speculative.grammar", True)
+    if not isinstance(grammar, bool):
+        raise BadRequest(f"'speculative.grammar' must be true or false, got {grammar!r}", "speculative.grammar")
+    spec = Speculation(grammar=grammar,
         n_max=_number(src, "speculative.n_max", 0, K_CAP, integer=True),
         n_min=_number(src, "speculative.n_min", 0, K_CAP, integer=True),
         p_min=_number(src, "speculative.p_min", 0.0, 1.0),

@@ -118,6 +118,7 @@ class ServedRequest:
         return RunOptions(overrides=ask.overrides(), seed=ask.seed, stop_when=self.stop_reason, reuse_rows=True,
                           drafter=ask.speculation.drafter,
                           grammar=self.compiled.start() if self.compiled is not None else None,
+                          grammar_drafts=ask.speculation.grammar,
                           logit_bias=ask.logit_bias, penalties=ask.penalties, min_p=ask.min_p,
                           observe_rows=self._logprobs.observe if self._logprobs is not None else None)
 
@@ -161,6 +162,9 @@ class ServedRequest:
                 self.state = "done"
                 self._put(Done(o, "".join(self._sent), self._tokens, self._calls.calls if self._calls else [],
                                self._logprobs.entries[:self._logprobs.released] if self._logprobs else []))
+
+    def called(self) -> list[str]:
+        return [c.name for c in self._calls.calls] if self._calls is not None else []
 
     def fail(self, message: str) -> None:
         """The engine could not run it (the HTTP side answers 500 with `message`)."""

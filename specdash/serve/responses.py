@@ -100,6 +100,8 @@ def parse_responses(body: Any) -> Ask:
         chat["response_format"] = fmt
     ask = parse_chat(chat)
     ask.api = "responses"
+    ask.echoed = {"tools": body.get("tools") or [], "tool_choice": choice if choice is not None else "auto",
+                  "text": {"format": fmt if isinstance(fmt, dict) else {"type": "text"}}}
     ask.include_usage = True  # the completed response always carries its usage
     return ask
 
@@ -135,10 +137,11 @@ def response_body(ask: Ask, rid: str, created: int, text: str, out: Outcome | No
         "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
         "error": {"code": "server_error", "message": out.error} if out is not None and out.error else None,
         "output": output, "parallel_tool_calls": bool(ask.tools and ask.tools.parallel),
-        "tool_choice": ask.tools.choice if ask.tools and not ask.tools.forced else
-        ("required" if ask.tools else "auto"), "tools": [], "temperature": ask.temperature, "top_p": ask.top_p,
+        "tool_choice": ask.echoed.get("tool_choice", "auto"), "tools": ask.echoed.get("tools", []),
+        "temperature": ask.temperature, "top_p": ask.top_p,
         "max_output_tokens": ask.max_tokens, "previous_response_id": None, "store": False, "metadata": {},
-        "text": {"format": {"type": "text"}}, "truncation": "disabled", "usage": _usage(out) if out else None,
+        "text": ask.echoed.get("text", {"format": {"type": "text"}}), "truncation": "disabled",
+        "usage": _usage(out) if out else None,
     }
     return body
 

@@ -91,13 +91,14 @@ def parse_tools(body: dict[str, Any]) -> ToolAsk | None:
 
 
 def call_grammar(ask: ToolAsk, open_tag: str, close_tag: str) -> str:
-    """llguidance Lark for a forced call in Qwen2.5's / Hermes' format: the tags around
+    """llguidance Lark for a call in Qwen2.5's / Hermes' format (forced, or under auto held
+    lazily from the open tag on: CompiledGrammar.lazy): the tags around
     `{"name": <a tool>, "arguments": <that tool's schema>}` (more than one with
     parallel_tool_calls). `open_tag`/`close_tag`: the tags as Lark terms (a special token
     `<[id]>`, or a quoted string)."""
     from specdash.engine.grammar import JSON_STYLE
 
-    names = ask.names if ask.choice == "required" else [ask.choice]
+    names = ask.names if ask.choice in ("required", "auto") else [ask.choice]
     bodies = [{"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
                "properties": {"name": {"const": t["function"]["name"]},
                               "arguments": t["function"].get("parameters") or {"type": "object"}}}

@@ -69,6 +69,10 @@ class Served(Protocol):
         """The run failed or was abandoned; `message` says why."""
         ...
 
+    def called(self) -> list[str]:
+        """The tools its answer called, by name (read after its Summary is fed)."""
+        ...
+
 
 class SessionLike(Protocol):
     """What the source needs of a session (specdash.sources.session.Session; tests pass fakes)."""
@@ -443,9 +447,11 @@ class EmbeddedSource:
                 if isinstance(ev, E.SettingsEvent):
                     with self._lock:
                         self._paused = ev.paused
-                self._emit(ev)
                 if request is not None:
                     request.feed(ev)
+                    if isinstance(ev, E.Summary):
+                        ev.calls = request.called()  # the requests screen names the tool called
+                self._emit(ev)
                 # A new prompt abandons a typed one; a served request ends only by its own
                 # stop (or its client leaving), or when the source closes.
                 if self._abort_run.is_set() and (request is None or self._shutdown.is_set()):
@@ -546,16 +552,19 @@ class EmbeddedSource:
         if isinstance(ev, E.SettingsEvent):
             with self._lock:
                 self._paused = ev.paused
-        self._emit(ev)
         tag = getattr(ev, "request", "")
         item = batch.get(tag) if tag else None
         if item is None:
+            self._emit(ev)
             return
         if isinstance(ev, E.Summary) and self._shutdown.is_set() and item.request is not None:
             # Ended by the server leaving, not by itself: an error to its client, as one at a time.
             item.request.fail("the server stopped before this request finished")
         elif item.request is not None:
             item.request.feed(ev)
+            if isinstance(ev, E.Summary):
+                ev.calls = item.request.called()  # the requests screen names the tool called
+        self._emit(ev)
         if isinstance(ev, E.Summary):
             del batch[tag]
             self.prompts.batch = tuple(batch.values())

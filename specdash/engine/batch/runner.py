@@ -36,7 +36,7 @@ from specdash.engine.draft_pricing import CopyPricing, expected_tokens
 from specdash.engine.drafters.base import Draft
 from specdash.engine.drafters.suffix import SuffixHistory
 from specdash.engine.engine import Engine, Run, RunOptions, commit_run, ends_now, summarize
-from specdash.engine.request_rows import allowed_draft, committed, sampling_probs, shaped_rows
+from specdash.engine.request_rows import GRAMMAR, allowed_draft, committed, sampling_probs, shaped_rows, with_forced
 from specdash.engine.verify import verify_greedy, verify_sampling
 from specdash.contract.errors import SpecdashError
 from specdash.contract.events import Event, PrefillEvent, StepEvent
@@ -159,11 +159,13 @@ class BatchRunner:
         # 1. Draft: each request's best copy, up to its ceiling.
         drafts: list[Draft] = []
         draft_ms: list[float] = []
+        caps: list[int] = []
         for slot, s in zip(slots, settings):
             t0 = time.perf_counter()
             run = slot.run
             room = min(rules.room(limits, run.n_past, run.generated, run.max_tokens), share)
             cap = rules.k_cap(room, adaptive=adaptive, k=s.k, k_max=s.k_max)
+            caps.append(cap if slot.drafter.name != "none" else 0)  # "none" asks for plain decoding
             offered = slot.drafts(run.tokens, cap, s.sampling, run.rng or engine.rng)
             drafts.append(max(offered, key=self._worth, default=Draft.empty()))
             draft_ms.append((time.perf_counter() - t0) * 1e3)
@@ -175,8 +177,8 @@ class BatchRunner:
             choices = plan(offers, self.costs.cost)
         else:
             choices = [Choice(len(d.tokens), "") for d in drafts]
-        drafts = [allowed_draft(slot.run.options, rules.fit(d, c.k, limits))
-                  for slot, d, c in zip(slots, drafts, choices)]
+        drafts = [with_forced(slot.run.options, allowed_draft(slot.run.options, rules.fit(d, c.k, limits)), cap)
+                  for slot, d, c, cap in zip(slots, drafts, choices, caps)]
         t_draft = time.perf_counter()
 
         # 3. Verify: every sequence's last token and draft in ONE batch, logits for all.
@@ -206,9 +208,11 @@ class BatchRunner:
                 target.kv_truncate(run.n_past + 1 + n_acc, slot.seq)
             done, pieces = commit_run(run, target, draft.tokens, n_acc, nxt)
             committed(run.options, done.tokens, raw, target.piece)
-            self.copies.observe(draft.source, draft.evidence, len(draft.tokens), done.accepted)
+            if draft.source != GRAMMAR:  # the grammar's text: none of a copy source's doing
+                self.copies.observe(draft.source, draft.evidence, len(draft.tokens), done.accepted)
             ev = StepEvent(
-                step=run.counters.steps + 1, k=choice.k if adaptive else s.k, drafter=rules.drafted_by(draft),
+                step=run.counters.steps + 1, k=max(choice.k if adaptive else s.k, len(draft.tokens)),
+                drafter=rules.drafted_by(draft),
                 drafted=len(draft.tokens), accepted=done.accepted, tokens=done.tokens, pieces=pieces,
                 from_draft=done.from_draft, draft_ms=d_ms, verify_ms=verify_ms,
                 other_ms=(time.perf_counter() - t0) * 1e3, n_past=run.n_past, n_generated=run.generated,

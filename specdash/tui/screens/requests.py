@@ -38,7 +38,8 @@ def cells(row: RequestRow) -> list[Any]:
     def right(text: str) -> Text:
         return Text(text, justify="right")
 
-    title = row.title if len(row.title) <= TITLE_WIDTH else row.title[: TITLE_WIDTH - 1] + "…"
+    label = row.label
+    title = label if len(label) <= TITLE_WIDTH else label[: TITLE_WIDTH - 1] + "…"
     return [right(when(row.since_start)), Text(title), right(str(row.n_prompt)), right(str(row.n_generated)),
             right(str(row.drafted)), right(str(row.accepted)),
             right("–" if row.acceptance_length is None else f"{row.acceptance_length:.2f}"),
@@ -49,12 +50,15 @@ def cells(row: RequestRow) -> list[Any]:
 def histogram_title(row: RequestRow | None) -> str:
     if row is None:
         return "Acceptance length · no request selected"
+    called = f" called {escape(', '.join(name + '()' for name in row.calls))}" if row.calls else ""
+    if row.grammar_drafted:
+        called += f", its grammar drafted {row.grammar_drafted} tokens ({row.grammar_accepted} accepted)"
     if not row.histogram:
-        return f"Acceptance length · {escape(row.title)}: nothing drafted"
+        return f"Acceptance length · {escape(row.title)}{called}: nothing drafted"
     steps = sum(row.histogram)
     source = "the server's histogram" if row.histogram_from == "server" else "from its steps"
     batch = f", in batches of {row.mean_batch:.1f} requests" if row.mean_batch and row.mean_batch > 1 else ""
-    return (f"Acceptance length · {escape(row.title)}: {steps} drafting steps{batch}, bar j = steps that accepted j "
+    return (f"Acceptance length · {escape(row.title)}{called}: {steps} drafting steps{batch}, bar j = steps that accepted j "
             f"draft tokens ({source})")
 
 
