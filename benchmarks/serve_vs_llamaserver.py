@@ -13,8 +13,8 @@ from first token to the end (decode), and end to end.
 
 Fair to both: llama-server runs with --cache-ram 0 (its host-memory prompt cache would
 answer a prompt repeated round after round in 0.1 s; real prompts differ), and specdash is
-sent `forget` before each request (its suffix drafter would recall the answer to a
-repeated prompt). Each keeps what it reuses in a growing chat: the slot's / the previous
+restarted before each request (its suffix drafter would recall the answer to a repeated
+prompt; `forget` is not steerable over HTTP since issue 56). Each keeps what it reuses in a growing chat: the slot's / the previous
 request's KV rows.
 
 Rounds are paired: each round runs every prompt on every arm, the arms' order rotating
@@ -74,13 +74,15 @@ class Arm:
     argv: list[str]
     port: int
     proc: subprocess.Popen[bytes] | None = None
+    log_dir: Path | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, log_dir: Path) -> None:
-        log = open(log_dir / f"{self.name}.log", "wb")
+        self.log_dir = log_dir
+        log = open(log_dir / f"{self.name}.log", "ab")
         self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
@@ -96,7 +98,7 @@ class Arm:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+            self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(20)
             except subprocess.TimeoutExpired:
@@ -178,9 +180,15 @@ def start_all(arms: list[Arm], log_dir: Path) -> None:
 
 def forget(arm: Arm) -> None:
     """specdash: start the request cold, as a new prompt would (its suffix drafter would
-    otherwise recall this very answer from the round before: the same prompt again)."""
+    otherwise recall this very answer from the round before: the same prompt again). The
+    server is restarted: `forget` is not steerable over HTTP (issue 56), and a restart is
+    what a fresh memory is; its kept cost profile makes the restart no cold start for
+    adaptive K. A warm-up request follows, as at the first start."""
     if arm.name.startswith("specdash"):  # every specdash arm (serve_concurrency's -fifo too)
-        httpx.post(arm.url + "/v1/specdash/command", json={"command": "forget"}, timeout=30).raise_for_status()
+        assert arm.log_dir is not None, "start it first"
+        arm.stop()
+        arm.start(arm.log_dir)
+        chat(arm.url, [{"role": "user", "content": "Hello"}], 8)
 
 
 def med(xs: list[float]) -> float:

@@ -8,14 +8,16 @@ Arms (one process each, started once; llama.cpp's threads sleep when idle):
     llama-ngram         llama-server --jinja --spec-type ngram-simple
     llama-draft         llama-server --jinja -md DRAFT --spec-type draft-simple --spec-draft-n-max 4
     specdash            specdash serve --headless, its defaults (auto drafter, adaptive K)
-    specdash-nogrammar  the same server, each request sent `speculative.grammar: false`
+    specdash-nogrammar  another specdash serve, each request sent `speculative.grammar: false`
                         (the grammar's fixed text not drafted: what the grammar drafter adds)
+    specdash-plain      a third, each request sent `speculative.n_max: 0` (speculation off)
 
 Each request streams (temperature 0). Per request: decode tok/s (completion tokens over the
 time from the first streamed delta, content or a call's, to the end) and wall time. Rounds
 are paired: each round runs every request on every arm, the arms' order rotating, and a
 ratio is taken within a round, then its median over rounds with the spread (min..max).
-specdash is sent `forget` before each request; llama-server runs with --cache-ram 0.
+specdash is started afresh each round (two processes, one per specdash arm); llama-server
+runs with --cache-ram 0.
 
     python benchmarks/structured.py --rounds 3 --out benchmarks/results/structured.txt
     python benchmarks/structured.py --rounds 1 --only extract-invoice --tokens 64   # a smoke run
@@ -40,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from serve_vs_llamaserver import Arm, forget, free_port, med, spread  # noqa: E402
+from serve_vs_llamaserver import Arm, free_port, med, spread  # noqa: E402
 
 from specdash.engine.repack import tool_args  # noqa: E402
 from specdash.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, model_path  # noqa: E402
@@ -231,15 +233,23 @@ class Result:
     wall: float
     tokens: int
     text: str  # the content, or the calls as name(arguments)
-    timings: dict[str, int] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def decode_tps(self) -> float:
-        span = self.wall - self.first
-        return (self.tokens - 1) / span if span > 0 and self.tokens > 1 else 0.0
+        """The server's own decode rate (its timings: predicted_n over predicted_ms). Not the
+        client's time from the first delta: specdash holds a call's text until it knows it is
+        a call, llama-server streams a fenced call as content, so first deltas differ."""
+        ms = self.timings.get("predicted_ms", 0)
+        return self.timings.get("predicted_n", 0) / ms * 1e3 if ms > 0 else 0.0
+
+    @property
+    def e2e_tps(self) -> float:
+        """Completion tokens over the whole request, prefill included, as the client waits."""
+        return self.tokens / self.wall if self.wall > 0 else 0.0
 
 
-def send(url: str, body: dict[str, Any], extra: dict[str, Any]) -> tuple[float, float, int, str, dict[str, int]]:
+def send(url: str, body: dict[str, Any], extra: dict[str, Any]) -> tuple[float, float, int, str, dict[str, float]]:
     """One streamed request: (first delta s, wall s, completion tokens, what it said, draft counts)."""
     body = {**body, **extra, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
     t0 = time.perf_counter()
@@ -266,7 +276,15 @@ def send(url: str, body: dict[str, Any], extra: dict[str, Any]) -> tuple[float, 
     wall = time.perf_counter() - t0
     said = "".join(text) + "".join(f"{n}({a})" for n, a in calls.values())
     return first, wall, int(usage.get("completion_tokens") or 0), said, \
-        {k: int(timings.get(k) or 0) for k in ("draft_n", "draft_n_accepted")}
+        {k: float(timings.get(k) or 0) for k in ("draft_n", "draft_n_accepted", "predicted_n", "predicted_ms")}
+
+
+def grammar_drafted(url: str) -> float:
+    """specdash's count of tokens its grammars drafted (/metrics, drafter="grammar")."""
+    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith("specdash_source_draft_tokens_total{") and 'drafter="grammar"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def arms(ctx: int, threads: int) -> list[Arm]:
@@ -278,16 +296,18 @@ def arms(ctx: int, threads: int) -> list[Arm]:
            Arm("llama-ngram", [*base, "--spec-type", "ngram-simple"], free_port()),
            Arm("llama-draft", [*base, "-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", "4"],
                free_port()),
-           Arm("specdash", [sys.executable, "-m", "specdash", "serve", "--headless", "--ctx", str(ctx),
-                            "--threads", str(threads)], free_port())]
+           *(Arm(name, [sys.executable, "-m", "specdash", "serve", "--headless", "--ctx", str(ctx),
+                        "--threads", str(threads)], free_port()) for name in SPECDASH)]
     for arm in out:
         arm.argv = [*arm.argv, "--port", str(arm.port)]
     return out
 
 
 # An arm as the rounds run it: a server, and what each request to it adds.
-RUNS = (("llama-plain", {}), ("llama-ngram", {}), ("llama-draft", {}), ("specdash", {}),
-        ("specdash-nogrammar", {"speculative.grammar": False}))
+RUNS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("llama-plain", {}), ("llama-ngram", {}), ("llama-draft", {}), ("specdash", {}),
+    ("specdash-nogrammar", {"speculative.grammar": False}), ("specdash-plain", {"speculative.n_max": 0}))
+SPECDASH = ("specdash", "specdash-nogrammar", "specdash-plain")
 LLAMA = ("llama-plain", "llama-ngram", "llama-draft")
 
 
@@ -310,29 +330,39 @@ def main() -> int:
     log_dir.mkdir(exist_ok=True)
     results: list[Result] = []
     pairs: list[tuple[str, int, float, int]] = []  # (arm, round, span s, tokens of both)
+
+    def start(arm: Arm) -> None:
+        print(f"starting {arm.name} ...", file=sys.stderr, flush=True)
+        arm.start(log_dir)
+        send(arm.url, requests(8)[0].body, {"max_tokens": 8})  # first-request costs are no arm's speed
+
     try:
         for arm in servers.values():
-            print(f"starting {arm.name} ...", file=sys.stderr, flush=True)
-            arm.start(log_dir)
-        for arm in servers.values():  # first-request costs are no arm's speed
-            send(arm.url, requests(8)[0].body, {"max_tokens": 8})
+            if arm.name in LLAMA:
+                start(arm)
         for rnd in range(args.rounds):
+            # specdash starts afresh each round: its suffix memory would otherwise recall the
+            # round before's answers to the same requests (`forget` is not steerable over
+            # HTTP, issue 56); within a round it keeps what an agent's earlier turns taught it.
+            for name in SPECDASH:
+                start(servers[name])
             order = RUNS[rnd % len(RUNS):] + RUNS[:rnd % len(RUNS)]
             for req in todo:
                 for name, extra in order:
-                    arm = servers[name.split("-nogrammar")[0]]
-                    forget(arm)
+                    arm = servers[name]
+                    before = grammar_drafted(arm.url) if name in SPECDASH else 0.0
                     first, wall, n, said, timings = send(arm.url, req.body, extra)
+                    if name in SPECDASH:  # the server's own count, per source (its steps precede the answer)
+                        timings["grammar_n"] = grammar_drafted(arm.url) - before
                     results.append(Result(name, req.name, rnd, first, wall, n, said, timings))
                     print(f"round {rnd + 1} {req.name:16s} {name:18s} {n:4d} tok {results[-1].decode_tps:6.1f} "
-                          f"tok/s  drafted {timings['draft_n']}/{timings['draft_n_accepted']}", file=sys.stderr,
-                          flush=True)
+                          f"tok/s decode {results[-1].e2e_tps:6.1f} e2e  drafted {timings['draft_n']:.0f}/"
+                          f"{timings['draft_n_accepted']:.0f}", file=sys.stderr, flush=True)
             if not args.no_concurrent:  # two clients: the schemas and the tool calls, two at a time
                 two = [r for r in todo if r.kind != "agent"]
                 for i in range(0, len(two) - 1, 2):
                     for name, extra in order:
-                        arm = servers[name.split("-nogrammar")[0]]
-                        forget(arm)
+                        arm = servers[name]
                         got: list[int] = []
                         t0 = time.perf_counter()
 
@@ -345,6 +375,8 @@ def main() -> int:
                         for t in threads:
                             t.join()
                         pairs.append((name, rnd, time.perf_counter() - t0, sum(got)))
+            for name in SPECDASH:
+                servers[name].stop()
     finally:
         for arm in servers.values():
             arm.stop()
@@ -362,35 +394,52 @@ def main() -> int:
     say(f"# command: python benchmarks/structured.py {' '.join(sys.argv[1:])}")
     say(f"# target {DEFAULT_TARGET}, draft {DEFAULT_DRAFT}")
     say("")
-    say("## One client: decode tok/s (median over rounds); specdash / the best llama-server arm and / its own "
-        "arm without grammar drafts (median of per-round ratios, spread)")
-    say(f"{'request':16s} " + " ".join(f"{n[:12]:>12s}" for n in names) + "   vs best llama (spread)        "
-        "vs no-grammar   drafted/accepted")
     by_kind: dict[str, list[float]] = {}
-    for req in todo:
-        per = {n: [r for r in results if r.arm == n and r.name == req.name] for n in names}
-        tps = {n: med([r.decode_tps for r in per[n]]) for n in names}
-        best = max(LLAMA, key=lambda n: tps[n])
+    for metric, title in (("decode_tps", "decode tok/s (each server's own timings: predicted_n / predicted_ms)"),
+                          ("e2e_tps", "end-to-end tok/s (completion tokens / the request's wall time, prefill "
+                                      "included)")):
+        say(f"## One client: {title}, median over rounds; specdash / the best llama-server arm and / specdash "
+            "without grammar drafts (median of per-round ratios, spread)")
+        say(f"{'request':16s} " + " ".join(f"{n[:12]:>12s}" for n in names) + "   vs best llama (spread)        "
+            "vs no-grammar       vs plain        drafted/accepted  grammar share")
+        for req in todo:
+            per = {n: [r for r in results if r.arm == n and r.name == req.name] for n in names}
+            tps = {n: med([getattr(r, metric) for r in per[n]]) for n in names}
+            best = max(LLAMA, key=lambda n: tps[n])
 
-        def ratio(a: str, b: str) -> list[float]:
-            return [x.decode_tps / y.decode_tps for x in per[a] for y in per[b] if x.rnd == y.rnd and y.decode_tps]
+            def ratio(a: str, b: str) -> list[float]:
+                return [getattr(x, metric) / getattr(y, metric) for x in per[a] for y in per[b]
+                        if x.rnd == y.rnd and getattr(y, metric)]
 
-        vs_best, vs_off = ratio("specdash", best), ratio("specdash", "specdash-nogrammar")
-        by_kind.setdefault(req.kind, []).append(med(vs_best))
-        s0 = per["specdash"][0].timings if per["specdash"] else {}
-        say(f"{req.name:16s} " + " ".join(f"{tps[n]:12.1f}" for n in names)
-            + f"   {med(vs_best):.2f}x {best:11s} ({spread(vs_best)})   {med(vs_off):.2f}x ({spread(vs_off)})"
-            + f"   {s0.get('draft_n', 0)}/{s0.get('draft_n_accepted', 0)}")
-    say("")
-    say("## Median ratio specdash / best llama-server arm, by kind")
+            vs_best, vs_off = ratio("specdash", best), ratio("specdash", "specdash-nogrammar")
+            vs_plain = ratio("specdash", "specdash-plain")
+            if metric == "decode_tps":
+                by_kind.setdefault(req.kind, []).append(med(vs_best))
+            s0 = per["specdash"][0].timings if per["specdash"] else {}
+            share = med([r.timings.get("grammar_n", 0) / r.tokens for r in per["specdash"] if r.tokens])
+            say(f"{req.name:16s} " + " ".join(f"{tps[n]:12.1f}" for n in names)
+                + f"   {med(vs_best):.2f}x {best:11s} ({spread(vs_best)})   {med(vs_off):.2f}x ({spread(vs_off)})"
+                + f"   {med(vs_plain):.2f}x ({spread(vs_plain)})"
+                + f"   {s0.get('draft_n', 0):.0f}/{s0.get('draft_n_accepted', 0):.0f}   {share:.0%}")
+        say("")
+    agent = [r for r in todo if r.kind == "agent"]
+    if agent:
+        say("## The agent loop: total wall seconds over its turns, per round (median), and specdash / each arm")
+        totals = {n: [sum(r.wall for r in results if r.arm == n and r.rnd == rnd and r.name.startswith("agent-"))
+                      for rnd in range(args.rounds)] for n in names}
+        for n in names:
+            ratio_s = [t / s for t, s in zip(totals[n], totals["specdash"]) if s > 0]
+            say(f"{n:18s} {med(totals[n]):8.1f} s   specdash is {med(ratio_s):.2f}x faster ({spread(ratio_s)})")
+        say("")
+    say("## Median decode ratio specdash / best llama-server arm, by kind")
     for kind, xs in by_kind.items():
         say(f"{kind:8s} {med(xs):.2f}x over {len(xs)} requests (min {min(xs):.2f}x)")
     if pairs:
         say("")
         say("## Two clients at once (schemas and tool calls in pairs): total tok/s, median over pairs and rounds")
-        for n in names:
-            totals = [tok / span for a, _, span, tok in pairs if a == n and span > 0]
-            say(f"{n:18s} {med(totals):8.1f} tok/s ({spread(totals)})")
+        for arm_name in names:
+            totals = [tok / span for a, _, span, tok in pairs if a == arm_name and span > 0]
+            say(f"{arm_name:18s} {med(totals):8.1f} tok/s ({spread(totals)})")
     say("")
     say("## Same answer? (round 1, each arm against llama-plain)")
     for req in todo:

@@ -68,3 +68,11 @@ def test_a_lazy_call_grammar_holds_nothing_before_its_tag_and_all_after(qwen):
     assert text_of(llm, g.forced(16)) == '\n{"name": "r'  # both tools' names start with r
     g.accept(tok(llm, '\n{"name": "read'))
     assert text_of(llm, g.forced(16)) == '_file", "arguments": {"path": "'
+
+
+def test_a_grammar_that_forces_nothing_drafts_nothing(qwen):
+    llm, grammars = qwen
+    g = grammars.lark('start: /[a-z]+/ | /[0-9]+/', "response_format").start()
+    assert g.forced(16) == []
+    g.accept(tok(llm, "hello"))
+    assert g.forced(16) == []  # more letters, or the end: still a choice

@@ -480,18 +480,25 @@ class Engine:
         room = rules.room(limits, run.n_past, run.generated, run.max_tokens)
 
         # 1. Draft.
+        adaptive = s.adaptive and self.controller is not None
         if run.calibrate > 0:  # a plain reference step
             run.calibrate -= 1
             draft, k, _ = propose(self.drafter, run.tokens, 0, None, content, s.sampling, rng)
             decision = "calibrating plain decoding"
         else:
-            adaptive = s.adaptive and self.controller is not None
             cap = rules.k_cap(room, adaptive=adaptive, k=s.k, k_max=s.k_max)
             draft, k, decision = propose(self.drafter, run.tokens, cap, self.controller if adaptive else None,
                                          content, s.sampling, rng, horizon=run.max_tokens - run.generated)
         draft = allowed_draft(run.options, rules.fit(draft, k, limits))
         if run.calibrate <= 0 and self.drafter.name != "none":  # "none" asks for plain decoding
-            draft = with_forced(run.options, draft, cap)
+            offer = with_forced(run.options, draft, cap)
+            if offer is not draft and adaptive:  # priced as a copy: as much as pays on this curve
+                assert self.controller is not None
+                n, _, why = self.controller.copy_offer(GRAMMAR, offer.evidence, len(offer.tokens), content)
+                if n > len(draft.tokens):
+                    draft, decision = offer.cut(n), f"grammar: {why}"
+            elif offer is not draft:
+                draft = offer
             k = max(k, len(draft.tokens))  # the grammar's text is drafted up to the step's ceiling
         draft_rb_ms, draft_rb_bytes = _take_draft_rollback(self.drafter)
         t_draft = time.perf_counter()
@@ -551,8 +558,8 @@ class Engine:
             translate_ms=draft.translate_ms,
         )
         run.counters.add(ev)
-        # The grammar's text is none of the drafter's doing: adaptive K learns nothing of it.
-        if self.controller is not None and draft.source != GRAMMAR:
+        # (The grammar's steps teach its own copy bucket, evidence > 0: not the draft model's stats.)
+        if self.controller is not None:
             rules.observation(k, draft, done.accepted, cost, content).tell(self.controller)
         return ev
 

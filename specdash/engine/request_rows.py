@@ -35,6 +35,10 @@ def allowed_draft(options: RunOptions, draft: Draft) -> Draft:
 
 
 GRAMMAR = "grammar"  # the source of a draft that is the grammar's forced text
+# Its evidence, for adaptive K's copy pricing (draft_pricing.CopyStats buckets): a bucket of
+# its own, priced as a long copy until measured (the text is fixed; what can miss is only how
+# the model tokenizes it), then by the acceptance its steps show.
+GRAMMAR_EVIDENCE = 32
 
 
 def with_forced(options: RunOptions, draft: Draft, most: int) -> Draft:
@@ -50,7 +54,7 @@ def with_forced(options: RunOptions, draft: Draft, most: int) -> Draft:
         return draft
     from specdash.engine.drafters.base import Draft
 
-    return Draft(forced, None, GRAMMAR, evidence=len(forced))
+    return Draft(forced, None, GRAMMAR, evidence=GRAMMAR_EVIDENCE)
 
 
 def shaped_rows(options: RunOptions, rows: np.ndarray, context: Sequence[int], draft: Sequence[int]) -> np.ndarray:
