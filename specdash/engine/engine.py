@@ -481,7 +481,9 @@ class Engine:
 
         # 1. Draft.
         adaptive = s.adaptive and self.controller is not None
-        if run.calibrate > 0:  # a plain reference step
+        calibrating = run.calibrate > 0
+        cap = 0
+        if calibrating:  # a plain reference step
             run.calibrate -= 1
             draft, k, _ = propose(self.drafter, run.tokens, 0, None, content, s.sampling, rng)
             decision = "calibrating plain decoding"
@@ -490,7 +492,7 @@ class Engine:
             draft, k, decision = propose(self.drafter, run.tokens, cap, self.controller if adaptive else None,
                                          content, s.sampling, rng, horizon=run.max_tokens - run.generated)
         draft = allowed_draft(run.options, rules.fit(draft, k, limits))
-        if run.calibrate <= 0 and self.drafter.name != "none":  # "none" asks for plain decoding
+        if not calibrating and self.drafter.name != "none":  # "none" asks for plain decoding
             offer = with_forced(run.options, draft, cap)
             if offer is not draft and adaptive:  # priced as a copy: as much as pays on this curve
                 assert self.controller is not None
