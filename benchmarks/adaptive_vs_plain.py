@@ -47,6 +47,7 @@ ARMS = {
     "adaptive-draft": dict(adaptive=True),  # the draft model alone (--draft): the default before auto
     "adaptive-chain": dict(draft="chain", adaptive=True),
     "adaptive-lookup": dict(draft="lookup", adaptive=True),
+    "adaptive-suffix": dict(draft="suffix", adaptive=True),
     "auto": dict(draft="auto", adaptive=True),  # the default (issue 32): --draft-model is --draft below
     "auto-k32": dict(draft="auto", adaptive=True, k_max=32),  # auto with adaptive K up to 32
 }

@@ -364,9 +364,12 @@ def test_trim_learns_per_match_length_bucket_and_source():
         free_step(ctl, 5, 8, ALL)
         suffix.append(free_step(ctl, 16, 8, NONE, source="suffix")[0])  # ...long suffix matches here never
     assert ctl.free_alpha("lookup", 6) > 0.9  # same bucket as 5
-    assert ctl.free_alpha("suffix", 16) < 0.65  # low enough that it stopped being drafted...
-    # ...but for one token now and then, as its evidence fades (the free-source probe).
-    assert sum(n > 0 for n in suffix[4:]) <= 5 and max(suffix[4:]) <= 1, suffix
+    # The long suffix match was verified on its prior once, lost, and is not verified again
+    # in this request (the exploration budget, issue 55); before, it was retried until its
+    # acceptance fell below 0.65, and then for one token now and then.
+    assert suffix[0] > 0 and not any(suffix[1:]), suffix
+    assert ctl.free_alpha("suffix", 16) < 0.89  # it learnt from the one that lost
+    assert "explored and lost" in ctl.trim("suffix", 16, 8, "code")[1]
     assert ctl.free_alpha("lookup", 16) == pytest.approx(1 - 2 / 18)  # untouched prior
     assert ctl.trim("lookup", 5, 8, "code")[0] >= 4
     # Unused, a bucket's evidence fades and its prior comes back: the free-source probe.

@@ -14,10 +14,12 @@ longer drags down the free sources' K.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
 
+from specdash.engine.ask_backoff import AskBackoff
 from specdash.engine.controller import KController
 from specdash.engine.drafters.base import Draft, Drafter
 from specdash.engine.settings import SamplingParams
@@ -32,23 +34,28 @@ def propose_adaptive(
     sampling: SamplingParams,
     rng: np.random.Generator | None,
     horizon: int | None = None,
+    asks: AskBackoff | None = None,
 ) -> tuple[Draft, int, str]:
     """(draft, K it was cut or chosen to, the controller's reason). Every source sees
-    every step: those not asked to draft get k = 0 ("look, do not draft")."""
+    every step: those not asked to draft get k = 0 ("look, do not draft"), and so do
+    copy sources `asks` backs off this step."""
     parts = list(drafter.parts())
     if drafter.name == "auto":
-        return choose_source(parts, tokens, controller, content, k_cap, sampling, rng, horizon)
+        return choose_source(parts, tokens, controller, content, k_cap, sampling, rng, horizon, asks)
     draft, k, why = Draft.empty(), 0, "nothing to copy"
     for i, source in enumerate(parts):
-        if draft.tokens or k_cap <= 0:
+        if draft.tokens or k_cap <= 0 or not _due(asks, source):
             source.propose(tokens, 0, sampling, rng)
         elif source.free:
+            t0 = time.perf_counter()
             offer = source.propose(tokens, k_cap, sampling, rng)
             if offer.tokens:
                 # A copy competes with the draft model after it, if any, not only with plain.
                 rival = controller.model_rate(content) if any(not p.free for p in parts[i + 1:]) else 0.0
                 k, why = controller.trim(offer.source, offer.evidence, len(offer.tokens), content, rival)
                 draft = offer.cut(k)
+            if asks is not None:
+                asks.asked(source.name, (time.perf_counter() - t0) * 1e3, bool(draft.tokens))
         else:
             # Only a draft model falls behind while others draft; its catch-up is part
             # of what drafting from it now would cost.
@@ -57,7 +64,16 @@ def propose_adaptive(
             # step reports the K it could use, not the K the controller wished for.
             k = min(k, k_cap)
             draft = source.propose(tokens, k, sampling, rng)
-    return draft, k, why
+    return draft, k, why + (asks.why() if asks is not None and not draft.tokens else "")
+
+
+def _due(asks: AskBackoff | None, source: Drafter) -> bool:
+    """Whether a copy source is asked this step (a draft model always is: its K is chosen
+    before it drafts); one that is not counts the step it waited."""
+    if asks is None or not source.free or asks.due(source.name):
+        return True
+    asks.skipped(source.name)
+    return False
 
 
 # The most of plain decoding's time for the rest of a run that auto lets its model's first
@@ -77,6 +93,7 @@ def choose_source(
     sampling: SamplingParams,
     rng: np.random.Generator | None,
     horizon: int | None = None,
+    asks: AskBackoff | None = None,
 ) -> tuple[Draft, int, str]:
     """`auto`'s step: every copy source offers its longest copy (free to ask), each copy
     is priced (how much of it to verify, and at what expected tokens per ms), and the
@@ -92,12 +109,18 @@ def choose_source(
     models = [p for p in parts if not p.free]
     best: tuple[float, Draft, int, str] | None = None
     for source in copies:
-        offer = source.propose(tokens, k_cap, sampling, rng) if k_cap > 0 else source.propose(tokens, 0, sampling, rng)
-        if not offer.tokens:
+        if k_cap <= 0 or not _due(asks, source):
+            source.propose(tokens, 0, sampling, rng)
             continue
-        n, rate, why = controller.copy_offer(offer.source, offer.evidence, len(offer.tokens), content)
-        if n > 0 and (best is None or rate > best[0]):
-            best = (rate, offer.cut(n), n, why)
+        t0 = time.perf_counter()
+        offer = source.propose(tokens, k_cap, sampling, rng)
+        n = 0
+        if offer.tokens:
+            n, rate, why = controller.copy_offer(offer.source, offer.evidence, len(offer.tokens), content)
+            if n > 0 and (best is None or rate > best[0]):
+                best = (rate, offer.cut(n), n, why)
+        if asks is not None:
+            asks.asked(source.name, (time.perf_counter() - t0) * 1e3, n > 0)
     model = models[0] if models and k_cap > 0 else None
     catch_up = model.catch_up_ms(tokens) if model is not None else 0.0
     unpriced = model.unpriced_catch_up(tokens) if model is not None else 0
@@ -125,7 +148,8 @@ def choose_source(
     if model is None:
         for other in models:
             other.propose(tokens, 0, sampling, rng)
-        return Draft.empty(), 0, "nothing to copy" if k_cap > 0 else "no room for a draft"
+        return Draft.empty(), 0, ("nothing to copy" + (asks.why() if asks is not None else "")) if k_cap > 0 \
+            else "no room for a draft"
     k, why = controller.choose(content, catch_up)
     k = min(k, k_cap)
     if k == 0 and best is not None:
@@ -149,12 +173,14 @@ def propose(
     sampling: SamplingParams,
     rng: np.random.Generator | None,
     horizon: int | None = None,
+    asks: AskBackoff | None = None,
 ) -> tuple[Draft, int, str]:
     """This step's draft, of at most `cap` tokens (step_rules.k_cap): (draft, K, the
     controller's reason). Without a controller K is fixed at `cap`; the drafter is asked
     even at K=0, since history-keeping drafters (suffix) must see every step. The engine
     and whatif both draft through here, so a change in who drafts reaches both.
-    `horizon`: tokens left in the run's budget (auto weighs a model's catch-up on it)."""
+    `horizon`: tokens left in the run's budget (auto weighs a model's catch-up on it).
+    `asks`: the request's back-off of copy sources that keep finding nothing (adaptive only)."""
     if controller is not None:
-        return propose_adaptive(drafter, tokens, controller, content, cap, sampling, rng, horizon)
+        return propose_adaptive(drafter, tokens, controller, content, cap, sampling, rng, horizon, asks)
     return drafter.propose(tokens, cap, sampling, rng), cap, ""

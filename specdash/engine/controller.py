@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from specdash.engine.controller_settings import ControllerSettings, ThresholdSettings
 from specdash.engine.draft_pricing import CopyPricing, DraftPricing, expected_tokens
+from specdash.engine.exploration import ExplorationBudget
 from specdash.engine.settings import LIMIT
 from specdash.engine.target_costs import TargetCosts
 from specdash.contract.errors import SpecdashError
@@ -361,6 +362,7 @@ class CostModelController:
         self._probe_interval = self.settings.probe_every
         self._probe_credit = 0.0  # ms a probe may lose against plain decoding (probe_budget)
         self._content = ""
+        self._budget = ExplorationBudget()  # per request: what explored and lost
 
     def price_draft(self, relative_cost: float | None, k_ceiling: bool = False) -> None:
         """What a drafted token should cost relative to one target step, before any is
@@ -457,6 +459,7 @@ class CostModelController:
         if content != self._content:
             self._content = content
             self._probe_interval = tune.probe_every
+        self._budget.look(content)
         if self.k_max == 0:
             return 0, "K range is [0, 0]"
         if self.k_min == 0 and not self.costs.measured(1):
@@ -513,7 +516,7 @@ class CostModelController:
                 self._probe_left = tune.probe_steps - 1
                 return self.probe_k, f"probe K={self.probe_k}: is drafting worth it again?"
         catch_up = f" (catch-up {catch_up_ms:.0f} ms)" if catch_up_ms >= 1 else ""
-        return 0, f"α={a:.2f} {label}: plain decoding wins (K=0){catch_up}"
+        return 0, f"α={a:.2f} {label}: plain decoding wins (K=0){catch_up}{self._budget.why()}"
 
     def probe_loss(self, content: str, catch_up_ms: float = 0.0) -> float:
         """What a probe is predicted to lose against plain decoding, in ms: its
@@ -561,6 +564,7 @@ class CostModelController:
         s1 = self.costs.step_cost(1)
         if s1 is None or available <= 0:
             return 0, "measuring a plain step" if s1 is None else "nothing to copy"
+        self._budget.look(content)
         a = self.free_alpha(source, evidence)
         lo = min(self.k_min, available)
         hi = min(self.k_max, available)
@@ -576,6 +580,11 @@ class CostModelController:
             return 0, f"{where}, the draft model is expected to do better"
         if best == 0:
             return 0, f"{where}, too weak to pay (K=0)"
+        if self.copies.trials(source, evidence) < self.settings.explore_trials or self.costs.exploring(best + 1):
+            # Priced by a prior or an untimed batch: an exploration, judged when it is observed.
+            if self._budget.lost(source, evidence):
+                return 0, f"{where}: explored and lost this request, not again before a longer match{self._budget.why()}"
+            self._budget.trying(source, evidence)
         return best, f"{where}: verify {best} of {available}, ~{rate[best] * s1:.2f}x plain"
 
     def observe(
@@ -591,6 +600,7 @@ class CostModelController:
         source: str = "",
     ) -> None:
         s1 = self.costs.step_cost(1)  # before this step's sample: what its draft is measured against
+        self._budget.judge(source, evidence, drafted, accepted, s1, verify_ms + other_ms)
         self.costs.observe(drafted + 1, verify_ms + other_ms)
         self.copies.observe(source, evidence, drafted, accepted)
         if evidence > 0:  # a model-free copy: its bucket learns, the draft model's stats don't

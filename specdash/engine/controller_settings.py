@@ -145,6 +145,31 @@ class ControllerSettings:
     >= 0.976x by CPU (adaptive-never-loses.txt, 4 held-out prompts, paired rounds). Only
     1.5% was tried."""
 
+    # --- asking copy sources (engine/ask_backoff.py) ------------------------------------
+    ask_patience: float = 0.5
+    """Plain steps: how much of a plain step's time a copy source's asks may spend finding
+    nothing in a row before it is asked less often (so N misses = ask_patience * s(1) /
+    its measured ask ms). Chosen with issue 55, no A/B recorded: half a step is a loss
+    inside the rounds' noise, and a cheap source (lookup, ~0.1 ms) is then never backed
+    off at all."""
+
+    ask_share: float = 0.01
+    """Fraction of a plain step: while backed off, a source is asked every M steps, M
+    chosen so its asks cost at most this share of plain decoding's time (M = its ask ms
+    / (ask_share * s(1)), within 1..ask_every_max). Chosen with issue 55, no A/B recorded."""
+
+    ask_every_max: int = 32
+    """Steps: the longest interval between asks of a backed-off source (a new match is
+    noticed within this many tokens). Chosen with issue 55, no A/B recorded."""
+
+    # --- exploring: a decision that rests on a prior, not on measurements ---------------
+    explore_trials: float = 2.0
+    """Trials: a copy bucket with fewer than this many measured trials (decayed) is priced
+    mostly by its prior, so verifying it is an exploration, judged by its outcome; one
+    that lost against plain decoding is not explored again in the same request until a
+    longer match or a new kind of text comes (CostModelController.trim). Chosen with
+    issue 55, no A/B recorded."""
+
 
 @dataclass(frozen=True, slots=True)
 class ThresholdSettings:

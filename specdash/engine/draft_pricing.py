@@ -239,6 +239,11 @@ class CopyPricing:
         s, n = self._acc.get((source, b), (0.0, 0.0))
         return (s + w * prior) / (n + w)
 
+    def trials(self, source: str, evidence: int) -> float:
+        """Measured trials (decayed) behind the bucket of a `source` copy after a match of
+        `evidence` tokens: below ControllerSettings.explore_trials its price is mostly the prior."""
+        return self._acc.get((source, self.bucket(evidence)), (0.0, 0.0))[1]
+
     def observe(self, source: str, evidence: int, drafted: int, accepted: int) -> None:
         """Any step: every bucket ages; a copy (evidence > 0) that was verified adds its
         trials to its bucket."""

@@ -22,6 +22,7 @@ import numpy as np
 from specdash.contract import events as E
 from specdash.engine import step_rules as rules
 from specdash.engine.adaptive_draft import propose
+from specdash.engine.ask_backoff import AskBackoff
 from specdash.engine.controller import KController
 from specdash.engine.detector import Detector
 from specdash.engine.drafters.base import Borrowed, Drafter, model_price
@@ -100,6 +101,7 @@ class Run:
     rng: np.random.Generator | None = None  # the request's own seed; else the engine's
     utf8: codecs.IncrementalDecoder = field(
         default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
+    asks: AskBackoff = field(default_factory=AskBackoff)  # its copy sources' back-off (adaptive K)
 
 
 def ends_now(run: Run, n_ctx: int, *, stopped: bool = False) -> str:
@@ -489,8 +491,13 @@ class Engine:
             decision = "calibrating plain decoding"
         else:
             cap = rules.k_cap(room, adaptive=adaptive, k=s.k, k_max=s.k_max)
+            if adaptive:
+                assert self.controller is not None
+                plain = self.controller.plain_rate()
+                run.asks.step(content, 1.0 / plain if plain > 0 else 0.0)
             draft, k, decision = propose(self.drafter, run.tokens, cap, self.controller if adaptive else None,
-                                         content, s.sampling, rng, horizon=run.max_tokens - run.generated)
+                                         content, s.sampling, rng, horizon=run.max_tokens - run.generated,
+                                         asks=run.asks if adaptive else None)
         draft = allowed_draft(run.options, rules.fit(draft, k, limits))
         if not calibrating and self.drafter.name != "none":  # "none" asks for plain decoding
             offer = with_forced(run.options, draft, cap)

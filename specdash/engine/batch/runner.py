@@ -159,6 +159,7 @@ class BatchRunner:
         # 1. Draft: each request's best copy, up to its ceiling.
         drafts: list[Draft] = []
         draft_ms: list[float] = []
+        asked: list[list[tuple[str, float]]] = []  # per slot: (source, ms) of each source asked
         caps: list[int] = []
         for slot, s in zip(slots, settings):
             t0 = time.perf_counter()
@@ -166,8 +167,12 @@ class BatchRunner:
             room = min(rules.room(limits, run.n_past, run.generated, run.max_tokens), share)
             cap = rules.k_cap(room, adaptive=adaptive, k=s.k, k_max=s.k_max)
             caps.append(cap if slot.drafter.name != "none" else 0)  # "none" asks for plain decoding
-            offered = slot.drafts(run.tokens, cap, s.sampling, run.rng or engine.rng)
-            drafts.append(max(offered, key=self._worth, default=Draft.empty()))
+            if adaptive:
+                run.asks.step("", self.costs.cost(1, 1) or 0.0)
+            offered = slot.drafts(run.tokens, cap, s.sampling, run.rng or engine.rng,
+                                  run.asks if adaptive else None)
+            asked.append([(name, ms) for _, name, ms in offered])
+            drafts.append(max((d for d, _, _ in offered), key=self._worth, default=Draft.empty()))
             draft_ms.append((time.perf_counter() - t0) * 1e3)
 
         # 2. K for each, for the batch's throughput (a fixed K verifies what was offered).
@@ -175,6 +180,9 @@ class BatchRunner:
             offers = [Offer(len(d.tokens), self.copies.alpha(d.source, d.evidence) if d.tokens else 0.0,
                             f"{d.source} match {d.evidence}" if d.tokens else "") for d in drafts]
             choices = plan(offers, self.costs.cost)
+            for slot, d, c, sources in zip(slots, drafts, choices, asked):
+                for source, ms in sources:  # found: its copy is the one this request verifies
+                    slot.run.asks.asked(source, ms, c.k > 0 and d.source == source)
         else:
             choices = [Choice(len(d.tokens), "") for d in drafts]
         drafts = [with_forced(slot.run.options, allowed_draft(slot.run.options, rules.fit(d, c.k, limits)), cap)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from specdash.engine.ask_backoff import AskBackoff
 from specdash.engine.drafters.base import Draft, Drafter, NoDrafter
 from specdash.engine.drafters.kinds import KINDS, Parts
 from specdash.engine.drafters.suffix import SuffixDrafter, SuffixHistory
@@ -54,8 +55,19 @@ class Slot:
                 part.drop()
 
     def drafts(self, tokens: Sequence[int], cap: int, sampling: SamplingParams,
-               rng: np.random.Generator | None) -> list[Draft]:
-        """What each of its sources offers, up to `cap` tokens. Every source is asked, even at
-        cap 0: the suffix source must see every step."""
-        return [part.propose(tokens, cap, sampling, rng) for part in self.drafter.parts()
-                if not isinstance(part, NoDrafter)]
+               rng: np.random.Generator | None, asks: AskBackoff | None = None) -> list[tuple[Draft, str, float]]:
+        """What each source asked offers, up to `cap` tokens: (draft, the source's name, the
+        ms its ask took). Every source sees every step, even at cap 0 (the suffix source must):
+        one that `asks` backs off is shown it at k = 0, as is every source at cap 0."""
+        out: list[tuple[Draft, str, float]] = []
+        for part in self.drafter.parts():
+            if isinstance(part, NoDrafter):
+                continue
+            if cap <= 0 or (asks is not None and not asks.due(part.name)):
+                if cap > 0 and asks is not None:
+                    asks.skipped(part.name)
+                part.propose(tokens, 0, sampling, rng)
+                continue
+            t0 = time.perf_counter()
+            out.append((part.propose(tokens, cap, sampling, rng), part.name, (time.perf_counter() - t0) * 1e3))
+        return out

@@ -32,6 +32,7 @@ import numpy as np
 
 from specdash.engine import step_rules as rules
 from specdash.engine.adaptive_draft import propose
+from specdash.engine.ask_backoff import AskBackoff
 from specdash.engine.controller import KController
 from specdash.engine.detector import ContentDetector
 from specdash.engine.drafters.base import Borrowed, Draft, Drafter, NoDrafter, model_price
@@ -351,6 +352,7 @@ def simulate(tr: Transcript, drafter: Drafter, profile: Profile, settings: Engin
             elif replay is None:
                 controller.seed_costs({n: profile.verify_ms(n) for n in sizes})
     p = 0
+    asks = AskBackoff()
     while res.generated < max_tokens:
         n_past = len(tokens) - 1
         if n_past + 1 >= tr.n_ctx:
@@ -360,8 +362,11 @@ def simulate(tr: Transcript, drafter: Drafter, profile: Profile, settings: Engin
         for part in parts:
             part.spent = part.prep = 0.0
         cap = rules.k_cap(room, adaptive=controller is not None, k=k or 0, k_max=settings.k_max)
+        if controller is not None:  # the engine's back-off of copy sources, asked as it asks them
+            plain = controller.plain_rate()
+            asks.step(content, 1.0 / plain if plain > 0 else 0.0)
         draft, kk, decision = propose(drafter, tokens, cap, controller, content, GREEDY, None,
-                                      horizon=max_tokens - res.generated)
+                                      horizon=max_tokens - res.generated, asks=asks if controller is not None else None)
         draft = rules.fit(draft, kk, limits)
         drafted = len(draft.tokens)
         # Verify: greedy, the target accepts the draft up to its first token off the text.
