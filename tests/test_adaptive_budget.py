@@ -1,7 +1,6 @@
 """Adaptive K never pays twice for what did not work (issue 55), on scripted cost curves:
 - the exploration budget: a copy priced by its prior that lost is not verified again in
-  the request until a longer match or new text comes; a probe of the draft model that lost
-  is not repeated on the same kind of text;
+  the request until a longer match or new text comes;
 - the back-off: a copy source that keeps finding nothing is asked less often, at a rate
   set by its measured ask time, and every step again after a find or new text;
 - a source's propose time is what the back-off prices: a slow source is backed off, a
@@ -74,32 +73,6 @@ def test_a_copy_that_paid_or_was_measured_is_no_exploration():
     n = measured.trim("lookup", 20, 8, "prose")[0]
     lose(measured, 20, n)  # a miss on measured evidence is learning, not a lost exploration
     assert measured.trim("lookup", 20, 8, "prose")[1].find("explored and lost") < 0
-
-
-def test_a_probe_of_the_draft_model_that_lost_is_not_repeated_on_the_same_text():
-    ctl = CostModelController(k_min=0, k_max=16, probe_every=2, probe_steps=1)
-    ctl.seed_costs(FLAT)
-    ctl.price_draft(0.5)  # a drafted token costs half a target step
-    k, why = ctl.choose("prose")
-    assert k == 4 and "warm-up" in why
-    ctl.observe(k, k, 0, 40.0, 40.0, 0.1, "prose")  # the warm-up: nothing accepted, dear
-
-    def probes(content: str, steps: int) -> list[int]:
-        seen = []
-        for _ in range(steps):
-            k, _ = ctl.choose(content)
-            if k:
-                seen.append(k)
-                ctl.observe(k, k, 0, 10.0 * k, 40.0, 0.1, content)  # every probe loses
-            else:
-                ctl.observe(0, 0, 0, 0.0, 20.0, 0.1, content)
-        return seen
-
-    assert len(probes("prose", 12)) == 1  # probed once, lost, never again on prose
-    assert "explored 1, 1 lost" in ctl.choose("prose")[1]
-    assert len(probes("code", 12)) == 1  # new text: one more look
-    ctl.new_prompt()
-    assert len(probes("code", 12)) == 1  # a new request: one more look
 
 
 def backoff(ask_ms: float, plain_ms: float = 36.0) -> AskBackoff:
@@ -207,3 +180,14 @@ def test_the_time_a_source_spends_proposing_decides_how_often_it_is_asked(kind):
     asked = sum(1 for k in slow.calls if k)
     assert asked < 20, slow.calls  # N = 0.5 * 20 / 3 = 3 misses, then every 15 steps
     assert "suffix asked every" in why
+
+
+def test_a_copy_after_the_longest_match_is_learnt_from_not_blocked():
+    """No longer match can come after 32 matching tokens (the longest bucket), so a loss
+    there would block copying for the rest of the request (a code edit copies there)."""
+    ctl = flat_controller()
+    n = ctl.trim("lookup", 32, 8, "code")[0]
+    assert n > 0
+    lose(ctl, 32, n, "code")
+    n, why = ctl.trim("lookup", 40, 8, "code")
+    assert n > 0 and "explored and lost" not in why

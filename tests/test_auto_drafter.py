@@ -210,7 +210,7 @@ def test_auto_is_greedy_exact_and_drafts_copies_on_the_real_engine(smol_path, sm
         session.close()
     assert fed == [], "auto prefilled its draft model up front"
     settings_ev = next(e for e in events if isinstance(e, E.SettingsEvent))
-    assert settings_ev.draft == "auto" and settings_ev.drafter.startswith("auto: lookup, suffix, ")
+    assert settings_ev.draft == "auto" and settings_ev.drafter.startswith("auto: lookup, edit, suffix, ")
     steps = [e for e in events if isinstance(e, E.StepEvent)]
     notices = [e.message for e in events if isinstance(e, E.NoticeEvent)]
     assert any(f"profile {cost_curve}'s curve" in m for m in notices), notices  # pinned, not timed here

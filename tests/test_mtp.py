@@ -169,7 +169,7 @@ def test_llama_cpp_loads_the_fixture_and_its_head(qwen35_mtp_path, qwen35_nohead
 def test_greedy_speculation_with_the_head_is_plain_decoding(fx, near_ties, drafter):
     session = fx.session
     apply(session, E.SetAdaptive(False), E.SetDrafter(drafter))
-    assert session.engine.settings_event().drafter == ("mtp" if drafter == "mtp" else "chain: lookup → suffix → mtp")
+    assert session.engine.settings_event().drafter == ("mtp" if drafter == "mtp" else "chain: edit → lookup → suffix → mtp")
     accepted = rejected = partial = ties = 0
     sources: set[str] = set()
     used: set[str] = set()
@@ -232,7 +232,7 @@ def test_auto_drafts_with_the_head_and_is_plain_decoding(qwen35_mtp_path, near_t
     f = Fixture(qwen35_mtp_path, "snapshots", draft="auto")
     try:
         session = f.session
-        assert session.engine.settings_event().drafter == "auto: lookup, suffix, mtp"
+        assert session.engine.settings_event().drafter == "auto: lookup, edit, suffix, mtp"
         assert any(isinstance(getattr(p, "inner", None), MtpDrafter) for p in session.engine.drafter.parts())
         steps, _ = run(session, f.prompt)
         check_exact(f, tokens_of(steps), "auto K=4", near_ties)
@@ -407,9 +407,9 @@ def test_a_target_without_a_head_refuses_mtp_and_the_others_still_draft(qwen35_n
         assert session.mtp_unavailable() and "has no MTP head" in session.mtp_unavailable()
         # The chain goes on without it (and without a draft model: none fits this vocabulary).
         apply(session, E.SetDrafter("chain"))
-        assert session.engine.settings_event().drafter == "chain: lookup → suffix"
+        assert session.engine.settings_event().drafter == "chain: edit → lookup → suffix"
         apply(session, E.SetDrafter("auto"))  # the default: copies only, without a head
-        assert session.engine.settings_event().drafter == "auto: lookup, suffix"
+        assert session.engine.settings_event().drafter == "auto: lookup, edit, suffix"
         apply(session, E.SetDrafter("lookup"))
         steps, _ = run(session, session.prompt_tokens(PROMPT))
         assert any(s.drafter == "lookup" and s.drafted for s in steps)
@@ -449,7 +449,7 @@ def test_a_missing_staging_symbol_is_refused_with_its_name(qwen35_mtp_path, monk
         assert len(notes) == 1 and "lacks llama.cpp's llama_get_embeddings_nextn_ith" in notes[0], notes
         # The chain goes on without the head.
         apply(session, E.SetDrafter("chain"))
-        assert session.engine.settings_event().drafter == "chain: lookup → suffix"
+        assert session.engine.settings_event().drafter == "chain: edit → lookup → suffix"
         apply(session, E.SetDrafter("suffix"))
         steps, _ = run(session, session.prompt_tokens(PROMPT), 24)
         assert len(tokens_of(steps)) == 24
@@ -583,8 +583,8 @@ def test_the_picker_lists_the_head_only_for_a_target_that_has_one(qwen35_mtp_pat
 
     head = mtp_choice(qwen35_mtp_path)
     assert head is not None and head.available and "MTP head: 1 layer" in head.description
-    assert [c.spec for c in draft_choices(str(qwen35_mtp_path), None)][:6] == ["auto", "lookup", "suffix", "mtp",
-                                                                                 "chain", "none"]
+    assert [c.spec for c in draft_choices(str(qwen35_mtp_path), None)][:7] == ["auto", "lookup", "edit", "suffix",
+                                                                                 "mtp", "chain", "none"]
     assert mtp_choice(qwen35_nohead_path) is None
     monkeypatch.setenv(HIDE_ENV, "llama_get_ctx_other")
     hidden = mtp_choice(qwen35_mtp_path)

@@ -6,6 +6,7 @@ draft model (the small same-vocab pair of tests/test_fuzz_exact.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import importlib.util
@@ -18,6 +19,7 @@ import pytest
 
 from cli_helpers import assert_ok, assert_usage_error, specdash
 from specdash.contract import events as E
+from specdash.engine.ask_backoff import AskBackoff
 from specdash.engine.controller import CostModelController
 from specdash.engine.settings import EngineSettings, SamplingParams
 from specdash.tuning.whatif.crossval import Halves, cross_validated, pick, split
@@ -388,9 +390,11 @@ def test_joint_confidence_cut_stops_where_the_product_falls_below_it():
 
 
 class Recorder(CostModelController):
-    """The engine's controller, noting what the engine told it."""
+    """The engine's controller, noting what the engine told it (and, inside
+    `noting_asks()`, the time of every copy-source ask the back-off was told)."""
 
     def __init__(self, **kw):
+        self.asked: list[float] = []
         self.seed: dict[int, float] | None = None
         self.prices: list[float | None] = []
         self.catch_up: list[float] = []
@@ -400,6 +404,20 @@ class Recorder(CostModelController):
     def seed_costs(self, ms):
         self.seed = dict(ms)
         super().seed_costs(ms)
+
+    @contextlib.contextmanager
+    def noting_asks(self):
+        real = AskBackoff.asked
+
+        def noting(backoff, source, ms, found):
+            self.asked.append(ms)
+            real(backoff, source, ms, found)
+
+        AskBackoff.asked = noting  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            AskBackoff.asked = real  # type: ignore[method-assign]
 
     def price_draft(self, relative_cost, k_ceiling=False):
         self.prices.append(relative_cost)
@@ -436,8 +454,10 @@ def test_simulated_controller_decides_as_the_engine_did(kind, smol_path, small_d
     params = dict(k_min=s.k_min, k_max=s.k_max, k_init=s.k, verdict_margin=0.0, probe_every=4)
     for prompt, tr in zip(PROMPTS, transcripts):
         ctl = Recorder(**params)
-        steps, _ = real_run(s, prompt, controller=ctl, model=small_draft if kind == "chain" else None)
-        replay = Replay(steps=ctl.observed, catch_up=ctl.catch_up, seed=ctl.seed, price=ctl.prices[-1])
+        with ctl.noting_asks():
+            steps, _ = real_run(s, prompt, controller=ctl, model=small_draft if kind == "chain" else None)
+        replay = Replay(steps=ctl.observed, catch_up=ctl.catch_up, seed=ctl.seed, price=ctl.prices[-1],
+                        asks=ctl.asked)
         sim = simulate(tr, make_drafter(spec, tr, FLAT, s, replay), FLAT, s, name=kind,
                        controller=pinned(CostModelController(**params)), replay=replay)
         # The controller did decide (where batches are cheap enough for K to move).
@@ -463,11 +483,12 @@ def test_simulated_auto_chooses_as_the_engine_did(smol_path, small_draft, transc
         measured = model.catch_up_ms
         model.catch_up_ms = lambda tokens: asked.append(measured(tokens)) or asked[-1]
         try:
-            events = list(session.run(prompt))
+            with ctl.noting_asks():
+                events = list(session.run(prompt))
         finally:
             session.close()
         steps = [ev for ev in events if isinstance(ev, E.StepEvent)]
-        replay = Replay(steps=ctl.observed, catch_up=asked, seed=ctl.seed, price=ctl.prices[-1])
+        replay = Replay(steps=ctl.observed, catch_up=asked, seed=ctl.seed, price=ctl.prices[-1], asks=ctl.asked)
         sim = simulate(tr, make_drafter("auto", tr, FLAT, s, replay), FLAT, s, name="auto",
                        controller=pinned(CostModelController(**params)), replay=replay)
         assert_same_steps(tr, sim, steps, near_ties, f"auto on {prompt[:20]!r}", decisions=True)
@@ -679,12 +700,12 @@ def test_whatif_from_a_recording(smol_path, tmp_path):
     report = json.loads(out.read_text())
     assert report["profile"]["name"] == "epyc-32b"
     assert report["transcript"]["n_generated"] == 24
-    assert {r["drafter"] for r in report["fixed"]} == {"lookup", "suffix", "chain"}
+    assert {r["drafter"] for r in report["fixed"]} == {"lookup", "edit", "suffix", "chain"}
     assert sorted({r["k"] for r in report["fixed"]}) == [1, 2, 3, 4, 16]
     best = max([*report["fixed"], report["plain"]], key=lambda r: r["tokens_per_s"])
     assert (report["oracle"]["drafter"], report["oracle"]["k"]) == (best["drafter"], best["k"])
     assert [(r["drafter"], r["k"]) for r in report["adaptive"]] == [
-        (d, "adaptive") for d in ("auto", "lookup", "suffix", "chain")]
+        (d, "adaptive") for d in ("auto", "lookup", "edit", "suffix", "chain")]
     # auto, the default, beside them: adaptive only (at a fixed K it is the chain), and
     # judged against the fixed (drafter, K) chosen without hindsight and the oracle.
     auto, cv = report["auto"], report["cross_validated"]

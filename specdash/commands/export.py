@@ -65,7 +65,7 @@ def settings_event(settings):
         from specdash.models.registry import DEFAULT_DRAFT, model_path
 
         if mtp_head(target).layers:  # the session's chain ends with the target's own head
-            drafter, draft_path = "chain: lookup → suffix → mtp", None
+            drafter, draft_path = "chain: edit → lookup → suffix → mtp", None
         else:
             draft_path = str(model_path(DEFAULT_DRAFT)) if model_path(DEFAULT_DRAFT).is_file() else None
     return SettingsEvent(source="engine", drafter=drafter, target_path=str(target),

@@ -23,6 +23,7 @@ with nothing to copy pays for its own asks only (the batch keeps one per slot).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from specdash.engine.controller_settings import ControllerSettings
@@ -37,8 +38,11 @@ class _Asks:
 
 
 class AskBackoff:
-    def __init__(self, settings: ControllerSettings | None = None) -> None:
+    def __init__(self, settings: ControllerSettings | None = None, replayed: Iterable[float] | None = None) -> None:
+        """`replayed`: the ms of each ask a real run made, in order, used instead of this
+        process's timings (whatif replaying an engine run decides as the engine did)."""
         self.settings = settings or ControllerSettings()
+        self._replayed: Iterator[float] | None = iter(replayed) if replayed is not None else None
         self._sources: dict[str, _Asks] = {}
         self._content: str | None = None
         self._plain_ms = 0.0
@@ -83,6 +87,8 @@ class AskBackoff:
         """`source` was asked, for `ms` (propose and pricing), and found a copy worth
         verifying or not."""
         asks, s = self._get(source), self.settings
+        if self._replayed is not None:
+            ms = next(self._replayed, ms)
         asks.cost.add(ms, s.beta, s.ema_clip)
         asks.waited = 0
         asks.misses = 0 if found else asks.misses + 1

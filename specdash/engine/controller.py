@@ -580,8 +580,11 @@ class CostModelController:
             return 0, f"{where}, the draft model is expected to do better"
         if best == 0:
             return 0, f"{where}, too weak to pay (K=0)"
-        if self.copies.trials(source, evidence) < self.settings.explore_trials or self.costs.exploring(best + 1):
+        if (self.copies.trials(source, evidence) < self.settings.explore_trials and not CopyPricing.longest(evidence)) \
+                or self.costs.exploring(best + 1):
             # Priced by a prior or an untimed batch: an exploration, judged when it is observed.
+            # Not a match of the longest bucket: no longer match can come to lift a block
+            # there, and a copy after 32 matching tokens is learnt from, not explored.
             if self._budget.lost(source, evidence):
                 return 0, f"{where}: explored and lost this request, not again before a longer match{self._budget.why()}"
             self._budget.trying(source, evidence)

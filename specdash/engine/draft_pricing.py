@@ -230,6 +230,11 @@ class CopyPricing:
             return max(evidence, 1)
         return min(1 << (evidence.bit_length() - 1), _LONGEST_BUCKET)
 
+    @staticmethod
+    def longest(evidence: int) -> bool:
+        """Whether a match of `evidence` tokens is in the longest bucket (32+)."""
+        return evidence >= _LONGEST_BUCKET
+
     def alpha(self, source: str, evidence: int) -> float:
         b = self.bucket(evidence)
         # 1 -> 0.33, 4 -> 0.67, 16 -> 0.89 at the default doubt: longer copies hold.

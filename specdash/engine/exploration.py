@@ -1,16 +1,18 @@
 """The exploration budget: what adaptive K tried on hope and lost is not tried again in
 the same request until the evidence for it changes.
 
-Some of adaptive K's drafts rest on a prior, not on measurements: a copy whose match
-length has almost no measured trials (its bucket's price is the prior's), a batch size
-never timed (a cold start prices it as hoped), a probe of the draft model from K = 0.
-Each is an exploration, judged when its step is observed: it lost when its accepted
-tokens plus the target's own took longer than that many plain steps would have. A lost
-exploration is not repeated in the request while the evidence is the same: a copy
-source's bucket waits for a longer match than the one that lost, the draft model's
-probe for another kind of text (the content label). On prose, a weak 3-token lookup
-match explored once, lost, and was retried at every later 3-token match (20 drafted, 3
-accepted in one run: issue 55); now it is tried once.
+Some of adaptive K's copies rest on a prior, not on measurements: a copy whose match
+length has almost no measured trials (its bucket's price is the prior's), or one verified
+in a batch size never timed (a cold start prices it as hoped). Each is an exploration,
+judged when its step is observed: it lost when its accepted tokens plus the target's own
+took longer than that many plain steps would have. A lost exploration is not repeated in
+the request while the evidence is the same: the source's bucket waits for a longer match
+than the one that lost, or another kind of text (the content label). The longest bucket
+(32+ matching tokens) is never an exploration: no longer match could lift its block.
+
+The draft model's probes from K = 0 are not kept here: they are already paid from a
+budget of their own (ControllerSettings.probe_budget, 1.5% of the time at K = 0), and a
+text that turns predictable later in the same request must still be found.
 
 Kept per request (CostModelController.new_prompt starts a new one) and told in the
 reason line: "explored 3, 2 lost".
@@ -19,9 +21,6 @@ reason line: "explored 3, 2 lost".
 from __future__ import annotations
 
 from specdash.engine.draft_pricing import CopyPricing
-
-# The draft model's key: its probes (a copy source's key is its name and match bucket).
-MODEL = "draft model"
 
 
 class ExplorationBudget:
@@ -34,7 +33,7 @@ class ExplorationBudget:
 
     @staticmethod
     def _key(source: str, evidence: int) -> tuple[str, int]:
-        return (source, CopyPricing.bucket(evidence) if evidence > 0 else 0)
+        return (source, CopyPricing.bucket(evidence))
 
     def look(self, content: str) -> None:
         """The step's content label: new text is new evidence for everything that lost."""
@@ -44,8 +43,8 @@ class ExplorationBudget:
             self._content = content
 
     def lost(self, source: str, evidence: int) -> bool:
-        """Whether exploring `source` after a match of `evidence` tokens (0: the draft
-        model) lost in this request on the same evidence or better."""
+        """Whether exploring `source` after a match of `evidence` tokens lost in this
+        request on the same evidence or better."""
         at = self._lost.get(self._key(source, evidence))
         return at is not None and evidence <= at
 
@@ -61,8 +60,8 @@ class ExplorationBudget:
         if (source, evidence) not in pending or drafted <= 0 or not plain_ms:
             return False
         self.explored += 1
-        if (accepted + 1) * plain_ms >= step_ms:
-            return False
+        if (accepted + 1) * plain_ms >= step_ms or CopyPricing.longest(evidence):
+            return False  # it paid; or no longer match could ever lift the block
         key = self._key(source, evidence)
         self._lost[key] = max(self._lost.get(key, 0), evidence)
         self.lost_count += 1

@@ -87,7 +87,7 @@ LIMITS: tuple[Limit, ...] = (
     Limit("model", "draft", str, "auto",
           "draft source: auto (each step the fastest of the copies, the draft model or the "
           "target's MTP head, and plain decoding), a model name or GGUF path (that model only), "
-          "or lookup, suffix, mtp, chain, none",
+          "or lookup, edit, suffix, mtp, chain, none",
           flag="draft"),
     Limit("model", "draft_model", str, "default",
           "the draft model auto and chain may use: a model name or GGUF path, none, or default "

@@ -79,9 +79,9 @@ def server_args(st: SettingsEvent, *, k: int | None = None) -> tuple[list[str], 
         model = draft if (is_model(draft) or draft in ("chain", "auto")) and not head else None
         types = []
         if draft == "auto":
-            notes.append("specdash's auto chose each step's source by expected speed (lookup, suffix, the "
-                         "draft model or none); llama-server has no such choice: exported lookup then the "
-                         "draft model in a fixed order, as the chain; suffix copies left out")
+            notes.append("specdash's auto chose each step's source by expected speed (lookup, edit copy, "
+                         "suffix, the draft model or none); llama-server has no such choice: exported lookup then "
+                         "the draft model in a fixed order, as the chain; edit and suffix copies left out")
         if draft in ("lookup", "chain", "auto"):
             types.append("ngram-simple")
             args += ["--spec-ngram-simple-size-n", str(st.lookup_max_ngram or 4),

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from specdash.engine.drafters.auto import AutoDrafter
 from specdash.engine.drafters.base import Drafter, NoDrafter
 from specdash.engine.drafters.chain import ChainDrafter
+from specdash.engine.drafters.edits import EditCopyDrafter
 from specdash.engine.drafters.lookup import PromptLookupDrafter
 from specdash.engine.settings import EngineSettings
 from specdash.contract.errors import SpecdashError
@@ -46,6 +47,9 @@ class Parts:
     def lookup(self) -> Drafter:
         s = self.settings
         return self.free(PromptLookupDrafter(s.lookup_min_ngram, s.lookup_max_ngram))
+
+    def edit(self) -> Drafter:
+        return self.free(EditCopyDrafter())
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,22 +99,26 @@ def _head(parts: Parts) -> Drafter:
 
 def _chain(parts: Parts) -> Drafter:
     model = parts.model()
-    return ChainDrafter([parts.lookup(), parts.suffix(), *([model] if model is not None else [])])
+    # The edit copy first: it drafts only once the answer has made an edit, and then its copy
+    # has the edit where lookup's still has the text replaced.
+    return ChainDrafter([parts.edit(), parts.lookup(), parts.suffix(), *([model] if model is not None else [])])
 
 
 def _auto(parts: Parts) -> Drafter:
     model = parts.model()
-    return AutoDrafter([parts.lookup(), parts.suffix(), *([model] if model is not None else [])])
+    return AutoDrafter([parts.lookup(), parts.edit(), parts.suffix(), *([model] if model is not None else [])])
 
 
 register(DrafterKind("auto", "each step the fastest: a copy, the draft model or MTP head, or none",
-                     _auto, frozenset({"lookup", "suffix", "mtp"}) | MODEL_SOURCES))
+                     _auto, frozenset({"lookup", "edit", "suffix", "mtp"}) | MODEL_SOURCES))
 register(DrafterKind("lookup", "prompt lookup: copy what followed the recent n-gram (free)",
                      Parts.lookup, frozenset({"lookup"})))
+register(DrafterKind("edit", "copy the source with the answer's edits so far applied (free)",
+                     Parts.edit, frozenset({"edit"})))
 register(DrafterKind("suffix", "suffix match over the prompt and earlier outputs (free)",
                      lambda parts: parts.suffix(), frozenset({"suffix"})))
 register(DrafterKind("mtp", "the target's own multi-token-prediction head (Qwen3.5, GLM-4.5, DeepSeek-V3 GGUFs "
                      "that keep it)", _head, frozenset({"mtp"})))
-register(DrafterKind("chain", "lookup, then suffix, then the draft model: first draft wins",
-                     _chain, frozenset({"lookup", "suffix", "mtp"}) | MODEL_SOURCES))
+register(DrafterKind("chain", "edit copy, lookup, suffix, then the draft model: first draft wins",
+                     _chain, frozenset({"lookup", "edit", "suffix", "mtp"}) | MODEL_SOURCES))
 register(DrafterKind("none", "plain decoding (K=0)", lambda parts: NoDrafter(), frozenset()))

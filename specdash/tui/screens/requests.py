@@ -27,6 +27,18 @@ COLUMNS = (("when", "when"), ("request", "request"), ("prompt", "prompt"), ("gen
            ("drafted", "drafted"), ("accepted", "accept"), ("length", "acc len"), ("tps", "tok/s"),
            ("k", "K"), ("drafter", "drafter"))
 TITLE_WIDTH = 12  # all ten columns fit 80 columns
+TITLE_WIDEST = 40  # a wider terminal gives the request's name what it has beyond 80 columns, up to this
+
+
+def title_cell(label: str, width: int) -> str:
+    """A request's name in `width` cells. A long one keeps its number ("get_wea… #7"):
+    rows of the same tool differ only there."""
+    if len(label) <= width:
+        return label
+    head, sep, number = label.rpartition(" #")
+    if sep and number.isdigit() and len(number) + 3 < width:
+        return head[: width - len(number) - 3] + "…" + sep + number
+    return label[: width - 1] + "…"
 
 
 def when(seconds: float) -> str:
@@ -34,13 +46,11 @@ def when(seconds: float) -> str:
     return f"+{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"+{m}:{s:02d}"
 
 
-def cells(row: RequestRow) -> list[Any]:
+def cells(row: RequestRow, title_width: int = TITLE_WIDTH) -> list[Any]:
     def right(text: str) -> Text:
         return Text(text, justify="right")
 
-    label = row.label
-    title = label if len(label) <= TITLE_WIDTH else label[: TITLE_WIDTH - 1] + "…"
-    return [right(when(row.since_start)), Text(title), right(str(row.n_prompt)), right(str(row.n_generated)),
+    return [right(when(row.since_start)), Text(title_cell(row.label, title_width)), right(str(row.n_prompt)), right(str(row.n_generated)),
             right(str(row.drafted)), right(str(row.accepted)),
             right("–" if row.acceptance_length is None else f"{row.acceptance_length:.2f}"),
             right(f"{row.tokens_per_s:.1f}"), right("–" if row.mean_k is None else f"{row.mean_k:.1f}"),
@@ -127,8 +137,9 @@ class RequestsScreen(Screen[None]):
             self.table.clear()
             self._shown = 0
         at_end = self.table.cursor_row >= self._shown - 1
+        width = min(TITLE_WIDTH + max(self.app.size.width - 80, 0), TITLE_WIDEST)
         for i, row in enumerate(rows[self._shown:], self._shown):
-            self.table.add_row(*cells(row), key=str(i))
+            self.table.add_row(*cells(row, width), key=str(i))
         added = len(rows) > self._shown
         self._shown = len(rows)
         if added and at_end:

@@ -57,12 +57,14 @@ class Replay:
     """Costs observed in a real run, replayed step by step instead of the profile's (to
     check that the controller decides here as it did in the engine): per step
     (draft_ms as the controller saw it, verify_ms, other_ms), the catch-up each choose()
-    was offered, and the batch costs seeded at calibration."""
+    was offered, the batch costs seeded at calibration and the time of each copy source's
+    ask (the back-off's decisions rest on them)."""
 
     steps: list[tuple[float, float, float]]
     catch_up: list[float] = field(default_factory=list)
     seed: dict[int, float] | None = None
     price: float | None = None
+    asks: list[float] | None = None  # the ms of each copy-source ask, in order (AskBackoff.asked)
 
 
 class TimedFree:
@@ -352,7 +354,7 @@ def simulate(tr: Transcript, drafter: Drafter, profile: Profile, settings: Engin
             elif replay is None:
                 controller.seed_costs({n: profile.verify_ms(n) for n in sizes})
     p = 0
-    asks = AskBackoff()
+    asks = AskBackoff(replayed=replay.asks if replay is not None else None)
     while res.generated < max_tokens:
         n_past = len(tokens) - 1
         if n_past + 1 >= tr.n_ctx:
