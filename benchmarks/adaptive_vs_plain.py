@@ -48,6 +48,7 @@ ARMS = {
     "adaptive-chain": dict(draft="chain", adaptive=True),
     "adaptive-lookup": dict(draft="lookup", adaptive=True),
     "adaptive-suffix": dict(draft="suffix", adaptive=True),
+    "adaptive-edit": dict(draft="edit", adaptive=True),  # the edit-following copy alone (issue 53)
     "auto": dict(draft="auto", adaptive=True),  # the default (issue 32): --draft-model is --draft below
     "auto-k32": dict(draft="auto", adaptive=True, k_max=32),  # auto with adaptive K up to 32
 }

@@ -63,12 +63,30 @@ def test_it_drafts_through_a_renamed_identifier_where_a_plain_copy_breaks():
     assert len(steps) < len(lookup_steps)
 
 
-def test_an_insertion_is_followed_not_repeated():
-    answer = ids(" ".join(SOURCE).replace("log ( tmp ) ;", "note : log ( tmp ) ;"))
+def test_an_insertion_is_repeated_only_after_the_tokens_it_was_made_after():
+    """A new first argument (`get ( k )` -> `get ( db , k )`): the edit carries its left
+    context, so the next `get (` is drafted with `db ,` and nothing else is."""
+    source = "a = get ( k1 ) ; b = get ( k2 ) ; c = put ( k3 ) ; d = get ( k4 ) ; e = put ( k5 ) ;".split()
+    answer = " ".join(source).replace("get (", "get ( db ,").split()
+    words = list(dict.fromkeys(source + ["db", ","]))
+    wid = {w: i for i, w in enumerate(words)}
+    prompt = [wid[w] for w in source]
     edit = EditCopyDrafter()
-    steps = replay(edit, answer)
-    assert edit.edits == []  # nothing was replaced: nothing to apply to the rest
-    assert all(not d for d, _ in steps)  # and without an edit it leaves the copying to lookup
+    edit.prefill(prompt)
+    toks, i, drafted = list(prompt), 0, []
+    target = [wid[w] for w in answer]
+    while i < len(target):
+        d = edit.propose(toks, 8, SP, None)
+        acc = 0
+        while acc < len(d.tokens) and i + acc < len(target) and d.tokens[acc] == target[i + acc]:
+            acc += 1
+        drafted.append((d.tokens, acc))
+        toks += target[i:i + acc + 1]
+        i += acc + 1
+    assert edit.edits == [((wid["get"], wid["("]), (wid["get"], wid["("], wid["db"], wid[","]))]
+    assert sum(acc for _, acc in drafted) >= 12  # the later get( calls drafted with db,
+    put_after = [d for d, _ in drafted if d and d[0] == wid["put"]]
+    assert all(wid["db"] not in d[:3] for d in put_after)  # put ( is not get (
 
 
 def test_it_proposes_nothing_where_the_answer_departs_from_the_source():

@@ -19,10 +19,11 @@ At the first token it did not, the break point is kept (answer position, source 
 Once the answer's last `min_match` tokens occur again in the source at or after the break,
 the two spans between the break and the match are the edit: source[s0:s1] was replaced by
 answer[a0:a1] (trimmed of a shared tail). A replacement of up to `max_span` tokens on either
-side is applied to the rest of the source; an insertion (nothing replaced) or a deletion
-(nothing put in its place) is only followed, not repeated. Replacing token sequences
-catches every later occurrence the tokenizer writes the same way (` tmp` after a space,
-most of them in code); one written otherwise is still broken at, as before.
+side is applied to the rest of the source; an insertion (nothing replaced: a new argument)
+or a deletion (nothing put in its place) is applied with the `context` tokens before it,
+so it is repeated only after the same tokens (`fetch_page(` -> `fetch_page(session, `).
+Replacing token sequences catches every later occurrence the tokenizer writes the same way
+(` tmp` after a space, most of them in code); one written otherwise is still broken at.
 
 Exact as every drafter: it only proposes, the target verifies. It drafts only once an edit
 is known; until then lookup and suffix copy the same text. State is per prompt (reset).
@@ -68,11 +69,13 @@ class EditCopyDrafter:
     relative_cost: float | None = 0.0
     k_ceiling = False
 
-    def __init__(self, min_match: int = 3, max_span: int = 16):
-        if min_match < 1 or max_span < 1:
-            raise SpecdashError(f"edit copy min_match={min_match} max_span={max_span} refused: both must be >= 1")
+    def __init__(self, min_match: int = 3, max_span: int = 16, context: int = 2):
+        if min_match < 1 or max_span < 1 or context < 1:
+            raise SpecdashError(f"edit copy min_match={min_match} max_span={max_span} context={context} refused: "
+                                "all must be >= 1")
         self.min_match = min_match
         self.max_span = max_span
+        self.context = context
         self._mirror = TokenMirror()
         self._start()
 
@@ -118,11 +121,19 @@ class EditCopyDrafter:
         ends = self._index.get(tuple(toks[-m:]))
         if not ends:
             return
-        after = [e for e in ends if e - m >= self._break[1]] if self._break is not None else []
-        if after:  # back after an edit: the nearest place past where it left
-            end = after[0]
-            self._learn(toks, end)
-        else:  # a first alignment, or far from the break: the longest match (the latest of equals)
+        if self._break is not None:
+            a0, s0 = self._break
+            near = [e for e in ends if 0 <= e - m - s0 <= self.max_span]
+            if near:  # back after an edit: the nearest place past where it left
+                end = near[0]
+                self._learn(toks, end)
+            elif len(toks) - a0 <= 2 * self.max_span:
+                # Still inside what may be an edit: a match elsewhere (`(session, url` also
+                # in another def) would lose where it left. Wait for the source near it.
+                return
+            else:  # not an edit: the answer went elsewhere
+                self._break = None
+        if self._break is None:  # a first alignment, or a new place: the longest match (the latest of equals)
             end = max(ends[-16:], key=lambda e: (self._reach(toks, e), e))
         self._at, self._run, self._break = end, self._reach(toks, end), None
 
@@ -141,9 +152,17 @@ class EditCopyDrafter:
         src = self._source
         while a1 > a0 and s1 > s0 and toks[a1 - 1] == src[s1 - 1]:  # a shared tail is no part of the edit
             a1, s1 = a1 - 1, s1 - 1
+        if s0 == s1 or a0 == a1:
+            # An insertion (a new argument) or a deletion: repeated only where the same
+            # tokens come before it (`fetch_page(` -> `fetch_page(session, `), so the
+            # edit carries the left context it was made in.
+            c = self.context
+            if s0 < c or a0 < c or src[s0 - c:s0] != toks[a0 - c:a0]:
+                return
+            s0, a0 = s0 - c, a0 - c
         old, new = tuple(src[s0:s1]), tuple(toks[a0:a1])
-        if not old or not new or old == new or len(old) > self.max_span or len(new) > self.max_span:
-            return  # an insertion, a deletion or a rewrite: followed, not repeated
+        if old == new or len(old) > self.max_span or len(new) > self.max_span:
+            return  # a rewrite: followed, not repeated
         self.edits.append((old, new))
         self._source = replace_all(src, old, new, start=end)
         self._reindex()
