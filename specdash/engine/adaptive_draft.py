@@ -70,10 +70,7 @@ def propose_adaptive(
 def _due(asks: AskBackoff | None, source: Drafter) -> bool:
     """Whether a copy source is asked this step (a draft model always is: its K is chosen
     before it drafts); one that is not counts the step it waited."""
-    if asks is None or not source.free or asks.due(source.name):
-        return True
-    asks.skipped(source.name)
-    return False
+    return asks is None or not source.free or asks.ask_now(source.name)
 
 
 # The most of plain decoding's time for the rest of a run that auto lets its model's first
@@ -180,7 +177,11 @@ def propose(
     even at K=0, since history-keeping drafters (suffix) must see every step. The engine
     and whatif both draft through here, so a change in who drafts reaches both.
     `horizon`: tokens left in the run's budget (auto weighs a model's catch-up on it).
-    `asks`: the request's back-off of copy sources that keep finding nothing (adaptive only)."""
+    `asks`: the request's back-off of copy sources that keep finding nothing (adaptive only),
+    told here the step's content and plain decoding's ms per token."""
     if controller is not None:
+        if asks is not None:
+            plain = controller.plain_rate()
+            asks.step(content, 1.0 / plain if plain > 0 else 0.0)
         return propose_adaptive(drafter, tokens, controller, content, cap, sampling, rng, horizon, asks)
     return drafter.propose(tokens, cap, sampling, rng), cap, ""

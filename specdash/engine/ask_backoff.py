@@ -83,6 +83,13 @@ class AskBackoff:
     def skipped(self, source: str) -> None:
         self._get(source).waited += 1
 
+    def ask_now(self, source: str) -> bool:
+        """due(), and a step not asked counted as waited."""
+        if self.due(source):
+            return True
+        self.skipped(source)
+        return False
+
     def asked(self, source: str, ms: float, found: bool) -> None:
         """`source` was asked, for `ms` (propose and pricing), and found a copy worth
         verifying or not."""

@@ -491,10 +491,6 @@ class Engine:
             decision = "calibrating plain decoding"
         else:
             cap = rules.k_cap(room, adaptive=adaptive, k=s.k, k_max=s.k_max)
-            if adaptive:
-                assert self.controller is not None
-                plain = self.controller.plain_rate()
-                run.asks.step(content, 1.0 / plain if plain > 0 else 0.0)
             draft, k, decision = propose(self.drafter, run.tokens, cap, self.controller if adaptive else None,
                                          content, s.sampling, rng, horizon=run.max_tokens - run.generated,
                                          asks=run.asks if adaptive else None)

@@ -53,19 +53,18 @@ class ExplorationBudget:
         self._pending.add((source, evidence))
 
     def judge(self, source: str, evidence: int, drafted: int, accepted: int,
-              plain_ms: float | None, step_ms: float) -> bool:
+              plain_ms: float | None, step_ms: float) -> None:
         """A step observed: if it was the pending exploration, count it, and keep it as
-        lost when it took longer than its tokens' plain steps. True when it lost."""
+        lost when it took longer than its tokens' plain steps."""
         pending, self._pending = self._pending, set()
         if (source, evidence) not in pending or drafted <= 0 or not plain_ms:
-            return False
+            return
         self.explored += 1
         if (accepted + 1) * plain_ms >= step_ms or CopyPricing.longest(evidence):
-            return False  # it paid; or no longer match could ever lift the block
+            return  # it paid; or no longer match could ever lift the block
         key = self._key(source, evidence)
         self._lost[key] = max(self._lost.get(key, 0), evidence)
         self.lost_count += 1
-        return True
 
     def why(self) -> str:
         """A clause for the reason line, "" before anything was explored."""

@@ -63,9 +63,7 @@ class Slot:
         for part in self.drafter.parts():
             if isinstance(part, NoDrafter):
                 continue
-            if cap <= 0 or (asks is not None and not asks.due(part.name)):
-                if cap > 0 and asks is not None:
-                    asks.skipped(part.name)
+            if cap <= 0 or (asks is not None and not asks.ask_now(part.name)):
                 part.propose(tokens, 0, sampling, rng)
                 continue
             t0 = time.perf_counter()

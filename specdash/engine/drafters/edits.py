@@ -37,6 +37,7 @@ import numpy as np
 
 from specdash.engine.drafters.base import Draft, Drafter
 from specdash.engine.drafters.lookup import TokenMirror
+from specdash.engine.drafters.suffix import common_suffix
 from specdash.engine.settings import SamplingParams
 from specdash.contract.errors import SpecdashError
 
@@ -140,10 +141,8 @@ class EditCopyDrafter:
     def _reach(self, toks: list[int], end: int) -> int:
         """How far back the answer's end matches the source before `end` (the evidence
         behind a copy from there), from min_match up to _EVIDENCE_CAP."""
-        run, src = self.min_match, self._source
-        while run < _EVIDENCE_CAP and run < end and run < len(toks) and src[end - run - 1] == toks[-run - 1]:
-            run += 1
-        return run
+        return common_suffix(self._source, end, toks, len(toks), self.min_match,
+                             max(self.min_match, min(_EVIDENCE_CAP, end, len(toks))))
 
     def _learn(self, toks: list[int], end: int) -> None:
         assert self._break is not None

@@ -58,7 +58,7 @@ class _Corpus:
         self._indexed = max(self._indexed, end)
 
 
-def _match_length(a: list[int], pa: int, b: list[int], pb: int, lo: int, hi: int) -> int:
+def common_suffix(a: list[int], pa: int, b: list[int], pb: int, lo: int, hi: int) -> int:
     """Length of the common suffix of a[:pa] and b[:pb], known to be >= lo, capped at hi."""
     while lo < hi:  # equality of the last m tokens is monotone in m: binary search
         mid = (lo + hi + 1) // 2
@@ -215,7 +215,7 @@ class SuffixDrafter:
         for toks, p in found:
             if toks[p - anchor : p] != cur[end - anchor :]:
                 continue  # hash collision
-            m = _match_length(toks, p, cur, end, anchor, min(self.max_depth, p, end))
+            m = common_suffix(toks, p, cur, end, anchor, min(self.max_depth, p, end))
             if m > best:
                 best, occurrences = m, [(toks, p)]
             elif m == best:

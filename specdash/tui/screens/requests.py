@@ -31,7 +31,7 @@ TITLE_WIDEST = 40  # a wider terminal gives the request's name what it has beyon
 
 
 def title_cell(label: str, width: int) -> str:
-    """A request's name in `width` cells. A long one keeps its number ("get_wea… #7"):
+    """A request's name in `width` cells. A long one keeps its number ("get_weat… #7"):
     rows of the same tool differ only there."""
     if len(label) <= width:
         return label
@@ -50,8 +50,8 @@ def cells(row: RequestRow, title_width: int = TITLE_WIDTH) -> list[Any]:
     def right(text: str) -> Text:
         return Text(text, justify="right")
 
-    return [right(when(row.since_start)), Text(title_cell(row.label, title_width)), right(str(row.n_prompt)), right(str(row.n_generated)),
-            right(str(row.drafted)), right(str(row.accepted)),
+    return [right(when(row.since_start)), Text(title_cell(row.label, title_width)), right(str(row.n_prompt)),
+            right(str(row.n_generated)), right(str(row.drafted)), right(str(row.accepted)),
             right("–" if row.acceptance_length is None else f"{row.acceptance_length:.2f}"),
             right(f"{row.tokens_per_s:.1f}"), right("–" if row.mean_k is None else f"{row.mean_k:.1f}"),
             Text(row.drafter or "–")]

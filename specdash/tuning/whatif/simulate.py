@@ -364,11 +364,8 @@ def simulate(tr: Transcript, drafter: Drafter, profile: Profile, settings: Engin
         for part in parts:
             part.spent = part.prep = 0.0
         cap = rules.k_cap(room, adaptive=controller is not None, k=k or 0, k_max=settings.k_max)
-        if controller is not None:  # the engine's back-off of copy sources, asked as it asks them
-            plain = controller.plain_rate()
-            asks.step(content, 1.0 / plain if plain > 0 else 0.0)
         draft, kk, decision = propose(drafter, tokens, cap, controller, content, GREEDY, None,
-                                      horizon=max_tokens - res.generated, asks=asks if controller is not None else None)
+                                      horizon=max_tokens - res.generated, asks=asks)  # the engine's back-off
         draft = rules.fit(draft, kk, limits)
         drafted = len(draft.tokens)
         # Verify: greedy, the target accepts the draft up to its first token off the text.
